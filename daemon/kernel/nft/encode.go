@@ -1,0 +1,294 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// Registers as nft itself uses them for a concatenated key: the address starts at the first
+// 128-bit register, the following fields go into the next free 32-bit registers.
+const (
+	reg1      = unix.NFT_REG_1
+	reg32base = unix.NFT_REG32_00
+)
+
+func tableFamily(f model.Family) nftables.TableFamily {
+	if f == model.IPv6 {
+		return nftables.TableFamilyIPv6
+	}
+	return nftables.TableFamilyIPv4
+}
+
+func addrType(f model.Family) nftables.SetDatatype {
+	if f == model.IPv6 {
+		return nftables.TypeIP6Addr
+	}
+	return nftables.TypeIPAddr
+}
+
+func keyType(k plan.KeyKind, f model.Family) nftables.SetDatatype {
+	switch k {
+	case plan.KeyAddrProtoPort:
+		return nftables.MustConcatSetType(addrType(f), nftables.TypeInetProto, nftables.TypeInetService)
+	case plan.KeyProtoPort:
+		return nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	case plan.KeyIndex:
+		// nft prints integer-typed maps without their typeof annotation as "type 0"; the
+		// mark type has the same size and host byte order, and prints clearly.
+		return nftables.TypeMark
+	}
+	return addrType(f)
+}
+
+// keyBytes encodes an element key as the kernel compares it: each concatenated field is
+// padded to a 32-bit register.
+func keyBytes(k plan.Key, kind plan.KeyKind) []byte {
+	proto := []byte{k.Proto, 0, 0, 0}
+	port := []byte{byte(k.Port >> 8), byte(k.Port), 0, 0}
+	switch kind {
+	case plan.KeyAddrProtoPort:
+		return append(append(k.Addr.AsSlice(), proto...), port...)
+	case plan.KeyProtoPort:
+		return append(proto, port...)
+	case plan.KeyIndex:
+		// numgen writes its result in host byte order.
+		return binaryutil.NativeEndian.PutUint32(k.Index)
+	}
+	return k.Addr.AsSlice()
+}
+
+func verdictExpr(v plan.Verdict) *expr.Verdict {
+	switch v.Kind {
+	case plan.VerdictAccept:
+		return &expr.Verdict{Kind: expr.VerdictAccept}
+	case plan.VerdictDrop:
+		return &expr.Verdict{Kind: expr.VerdictDrop}
+	case plan.VerdictReturn:
+		return &expr.Verdict{Kind: expr.VerdictReturn}
+	case plan.VerdictJump:
+		return &expr.Verdict{Kind: expr.VerdictJump, Chain: v.Chain}
+	case plan.VerdictGoto:
+		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: v.Chain}
+	}
+	return nil
+}
+
+func setOf(t *nftables.Table, s *plan.Set, f model.Family) *nftables.Set {
+	ns := &nftables.Set{
+		Table:         t,
+		Name:          s.Name,
+		KeyType:       keyType(s.Key, f),
+		IsMap:         s.Map,
+		Concatenation: s.Key == plan.KeyAddrProtoPort || s.Key == plan.KeyProtoPort,
+	}
+	if s.Key == plan.KeyIndex {
+		ns.KeyByteOrder = binaryutil.NativeEndian
+	}
+	if s.Map {
+		ns.DataType = nftables.TypeVerdict
+	}
+	if s.Dynamic {
+		ns.Dynamic, ns.HasTimeout = true, true
+		ns.Timeout = secondsDuration(s.Timeout)
+	}
+	return ns
+}
+
+func elemsOf(s *plan.Set, elems []plan.Elem) []nftables.SetElement {
+	out := make([]nftables.SetElement, len(elems))
+	for i, e := range elems {
+		out[i] = nftables.SetElement{Key: keyBytes(e.Key, s.Key)}
+		if s.Map {
+			out[i].VerdictData = verdictExpr(e.Verdict)
+		}
+	}
+	return out
+}
+
+// encoder turns plan statements into expressions.
+type encoder struct {
+	family model.Family
+}
+
+func (e *encoder) rule(r plan.Rule) ([]expr.Any, error) {
+	var out []expr.Any
+	for _, s := range r {
+		x, err := e.stmt(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x...)
+	}
+	return out, nil
+}
+
+func (e *encoder) addrOffset(source bool) (offset, length uint32) {
+	if e.family == model.IPv6 {
+		if source {
+			return 8, 16
+		}
+		return 24, 16
+	}
+	if source {
+		return 12, 4
+	}
+	return 16, 4
+}
+
+func (e *encoder) loadAddr(source bool, reg uint32) *expr.Payload {
+	off, n := e.addrOffset(source)
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}
+}
+
+func (e *encoder) stmt(s plan.Stmt) ([]expr.Any, error) {
+	switch s := s.(type) {
+	case plan.CtStateNew:
+		return []expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		}, nil
+	case plan.MatchAddr:
+		return e.matchPrefix(s), nil
+	case plan.MatchAddrSet:
+		return []expr.Any{e.loadAddr(s.Source, reg1), &expr.Lookup{SourceRegister: reg1, SetName: s.Set}}, nil
+	case plan.MatchFibLocal:
+		return []expr.Any{
+			&expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagSADDR: s.Source, FlagDADDR: !s.Source},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+		}, nil
+	case plan.MatchProto:
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{s.Proto}},
+		}, nil
+	case plan.MatchMarkClear:
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(s.Bit), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: make([]byte, 4)},
+		}, nil
+	case plan.VMap:
+		return append(e.loadKey(s.Key), &expr.Lookup{SourceRegister: reg1, SetName: s.Map, IsDestRegSet: true, DestRegister: 0}), nil
+	case plan.Numgen:
+		return e.numgen(s), nil
+	case plan.SetMark:
+		return e.mark(^s.Bit, s.Bit), nil
+	case plan.ClearMark:
+		return e.mark(0xffffffff, s.Bit), nil
+	case plan.Counter:
+		return []expr.Any{&expr.Objref{Type: int(nftables.ObjTypeCounter), Name: s.Name}}, nil
+	case plan.UpdateSource:
+		return []expr.Any{e.loadAddr(true, reg1),
+			&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, Operation: unix.NFT_DYNSET_OP_UPDATE}}, nil
+	case plan.DNAT:
+		return e.dnat(s), nil
+	case plan.Masquerade:
+		return []expr.Any{&expr.Masq{FullyRandom: true}}, nil
+	case plan.RejectStmt:
+		return e.reject(s), nil
+	case plan.Do:
+		return []expr.Any{verdictExpr(s.Verdict)}, nil
+	}
+	return nil, fmt.Errorf("statement %T has no nftables encoding", s)
+}
+
+func (e *encoder) matchPrefix(m plan.MatchAddr) []expr.Any {
+	out := []expr.Any{e.loadAddr(m.Source, reg1)}
+	addr := m.Prefix.Addr().AsSlice()
+	if !m.Prefix.IsSingleIP() {
+		mask := netip.PrefixFrom(netip.IPv6Unspecified(), m.Prefix.Bits())
+		if m.Prefix.Addr().Is4() {
+			mask = netip.PrefixFrom(netip.IPv4Unspecified(), m.Prefix.Bits())
+		}
+		out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: uint32(len(addr)),
+			Mask: prefixMask(mask), Xor: make([]byte, len(addr))})
+	}
+	op := expr.CmpOpEq
+	if m.Not {
+		op = expr.CmpOpNeq
+	}
+	return append(out, &expr.Cmp{Op: op, Register: reg1, Data: addr})
+}
+
+func prefixMask(p netip.Prefix) []byte {
+	b := make([]byte, p.Addr().BitLen()/8)
+	for i := 0; i < p.Bits(); i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	return b
+}
+
+func (e *encoder) loadKey(k plan.KeyKind) []expr.Any {
+	proto := func(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg} }
+	dport := func(reg uint32) expr.Any {
+		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	}
+	switch k {
+	case plan.KeyAddrProtoPort:
+		_, n := e.addrOffset(false)
+		next := reg32base + n/4
+		return []expr.Any{e.loadAddr(false, reg1), proto(next), dport(next + 1)}
+	case plan.KeyProtoPort:
+		return []expr.Any{proto(reg1), dport(reg32base + 1)}
+	}
+	return []expr.Any{e.loadAddr(false, reg1)}
+}
+
+func (e *encoder) mark(mask, xor uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: binaryutil.NativeEndian.PutUint32(xor)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
+	}
+}
+
+func (e *encoder) numgen(n plan.Numgen) []expr.Any {
+	return []expr.Any{
+		&expr.Numgen{Register: reg1, Modulus: n.Mod, Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg1, SetName: n.Map, IsDestRegSet: true, DestRegister: 0},
+	}
+}
+
+func (e *encoder) dnat(d plan.DNAT) []expr.Any {
+	fam := uint32(unix.NFPROTO_IPV4)
+	if e.family == model.IPv6 {
+		fam = unix.NFPROTO_IPV6
+	}
+	port := make([]byte, 2)
+	binary.BigEndian.PutUint16(port, d.To.Port())
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{d.Proto}},
+		&expr.Immediate{Register: reg1, Data: d.To.Addr().AsSlice()},
+		&expr.Immediate{Register: unix.NFT_REG_2, Data: port},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: unix.NFT_REG_2, Specified: true},
+	}
+}
+
+func (e *encoder) reject(r plan.RejectStmt) []expr.Any {
+	if r.TCPReset {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+		}
+	}
+	code := uint8(3) // ICMP port unreachable
+	if e.family == model.IPv6 {
+		code = 4 // ICMPv6 port unreachable
+	}
+	return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code}}
+}

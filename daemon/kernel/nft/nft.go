@@ -1,0 +1,445 @@
+// Package nft programs edgegate's nftables plan (package plan) into the kernel through
+// netlink with google/nftables: one atomic batch per sync, full or incremental.
+package nft
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// Ruleset is what the proxy needs from an nftables backend; Kernel and Fake implement it.
+type Ruleset interface {
+	// Apply makes the kernel hold exactly the given tables. A full apply rewrites every
+	// chain and map and removes anything else found in edgegate's tables (repairing edits
+	// made by hand); an incremental one sends only what differs from the last apply.
+	// On error the kernel keeps its previous rules and the next apply is full.
+	Apply(tables []*plan.Table, full bool) (Stats, error)
+	// Cleanup removes every table edgegate programs, whatever their content.
+	Cleanup() error
+}
+
+// Stats describes one apply.
+type Stats struct {
+	Full     bool
+	Chains   int // chains written (added or rewritten)
+	Elements int // map and set elements added or removed
+	Deleted  int // chains, sets and counters deleted
+}
+
+// Kernel is the netlink-backed Ruleset.
+type Kernel struct {
+	mu      sync.Mutex
+	applied map[model.Family]*plan.Table
+	dirty   bool
+}
+
+var _ Ruleset = (*Kernel)(nil)
+
+// New returns a Kernel backend for the current network namespace.
+func New() *Kernel { return &Kernel{applied: map[model.Family]*plan.Table{}, dirty: true} }
+
+// dial opens a netlink connection sized for large batches: every message is acknowledged,
+// so a sync of thousands of rules needs a big receive buffer; extended acks name the
+// attribute the kernel refused.
+func dial() (*nftables.Conn, error) {
+	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
+		if err := nc.SetReadBuffer(32 << 20); err != nil {
+			return err
+		}
+		return nc.SetOption(netlink.ExtendedAcknowledge, true)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	return c, nil
+}
+
+func secondsDuration(s uint32) time.Duration { return time.Duration(s) * time.Second }
+
+// Apply implements Ruleset.
+func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	full = full || k.dirty
+	conn, err := dial()
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{Full: full}
+	for _, t := range tables {
+		b := &batch{conn: conn, want: t, table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
+		if full {
+			err = b.full()
+		} else {
+			err = b.partial(k.applied[t.Family])
+		}
+		if err != nil {
+			k.dirty = true
+			return st, fmt.Errorf("%s table %s: %w", t.Family, t.Name, err)
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		k.dirty = true
+		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
+	}
+	for _, t := range tables {
+		k.applied[t.Family] = t
+	}
+	k.dirty = false
+	return st, nil
+}
+
+func kind(full bool) string {
+	if full {
+		return "full"
+	}
+	return "partial"
+}
+
+// Cleanup implements Ruleset.
+func (k *Kernel) Cleanup() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.dirty = true
+	k.applied = map[model.Family]*plan.Table{}
+	conn, err := dial()
+	if err != nil {
+		return err
+	}
+	tables, err := conn.ListTables()
+	if err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	n := 0
+	for _, t := range tables {
+		if t.Name == plan.TableName && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) {
+			conn.DelTable(t)
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("delete tables: %w", err)
+	}
+	return nil
+}
+
+// batch queues the messages for one table into the connection's pending batch.
+type batch struct {
+	conn  *nftables.Conn
+	table *nftables.Table
+	want  *plan.Table
+	st    *Stats
+}
+
+func (b *batch) chainOf(c *plan.Chain) *nftables.Chain {
+	nc := &nftables.Chain{Name: c.Name, Table: b.table}
+	if h := c.Hook; h != nil {
+		nc.Type = nftables.ChainType(h.Type)
+		nc.Hooknum = hookOf(h.Hook)
+		nc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(h.Priority))
+	}
+	return nc
+}
+
+func hookOf(h string) *nftables.ChainHook {
+	switch h {
+	case "prerouting":
+		return nftables.ChainHookPrerouting
+	case "input":
+		return nftables.ChainHookInput
+	case "forward":
+		return nftables.ChainHookForward
+	case "output":
+		return nftables.ChainHookOutput
+	}
+	return nftables.ChainHookPostrouting
+}
+
+func (b *batch) addRules(c *plan.Chain, nc *nftables.Chain) error {
+	enc := &encoder{family: b.want.Family}
+	for i, r := range c.Rules {
+		exprs, err := enc.rule(r)
+		if err != nil {
+			return fmt.Errorf("chain %s rule %d: %w", c.Name, i, err)
+		}
+		b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: nc, Exprs: exprs})
+	}
+	b.st.Chains++
+	return nil
+}
+
+// full rewrites the whole table in place: existing objects are reused (so affinity
+// entries and counters survive), every chain and map is flushed and refilled, and whatever
+// the kernel holds beyond the plan is deleted.
+func (b *batch) full() error {
+	have, err := b.kernelObjects()
+	if err != nil {
+		return err
+	}
+	for name, old := range have.sets {
+		if s, ok := b.want.Sets[name]; ok && !sameSetType(old, setOf(b.table, s, b.want.Family)) {
+			// A set cannot change type in place while rules use it: start the table
+			// afresh in this same batch (affinity entries and counters restart).
+			b.conn.DelTable(b.table)
+			have = kernelObjects{}
+			break
+		}
+	}
+	b.conn.AddTable(b.table)
+	for name := range have.chains {
+		if _, ok := b.want.Chains[name]; !ok {
+			b.conn.FlushChain(&nftables.Chain{Name: name, Table: b.table})
+		}
+	}
+	// Chains exist before the map elements that jump to them and the rules that use them.
+	chains := map[string]*nftables.Chain{}
+	for _, name := range b.want.ChainNames() {
+		chains[name] = b.conn.AddChain(b.chainOf(b.want.Chains[name]))
+	}
+	for _, name := range sortedNames(b.want.Counters) {
+		b.conn.AddObj(&nftables.CounterObj{Table: b.table, Name: name})
+	}
+	for _, name := range sortedNames(b.want.Sets) {
+		s := b.want.Sets[name]
+		ns := setOf(b.table, s, b.want.Family)
+		if err := b.conn.AddSet(ns, nil); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		if s.Dynamic {
+			continue
+		}
+		b.conn.FlushSet(ns)
+		if len(s.Elems) > 0 {
+			if err := b.conn.SetAddElements(ns, elemsOf(s, s.Elems)); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+			b.st.Elements += len(s.Elems)
+		}
+	}
+	for _, name := range b.want.ChainNames() {
+		nc := chains[name]
+		b.conn.FlushChain(nc)
+		if err := b.addRules(b.want.Chains[name], nc); err != nil {
+			return err
+		}
+	}
+	for name := range have.sets {
+		if _, ok := b.want.Sets[name]; !ok {
+			b.conn.DelSet(&nftables.Set{Table: b.table, Name: name})
+			b.st.Deleted++
+		}
+	}
+	for name := range have.counters {
+		if _, ok := b.want.Counters[name]; !ok {
+			b.conn.DeleteObject(&nftables.CounterObj{Table: b.table, Name: name})
+			b.st.Deleted++
+		}
+	}
+	for name := range have.chains {
+		if _, ok := b.want.Chains[name]; !ok {
+			b.conn.DelChain(&nftables.Chain{Name: name, Table: b.table})
+			b.st.Deleted++
+		}
+	}
+	return nil
+}
+
+type kernelObjects struct {
+	chains   map[string]bool
+	sets     map[string]*nftables.Set
+	counters map[string]bool
+}
+
+// kernelObjects reads what the kernel holds in the table now (empty if it does not exist).
+func (b *batch) kernelObjects() (kernelObjects, error) {
+	ko := kernelObjects{chains: map[string]bool{}, sets: map[string]*nftables.Set{}, counters: map[string]bool{}}
+	tables, err := b.conn.ListTablesOfFamily(b.table.Family)
+	if err != nil {
+		return ko, fmt.Errorf("list tables: %w", err)
+	}
+	exists := false
+	for _, t := range tables {
+		exists = exists || t.Name == b.table.Name
+	}
+	if !exists {
+		return ko, nil
+	}
+	chains, err := b.conn.ListChainsOfTableFamily(b.table.Family)
+	if err != nil {
+		return ko, fmt.Errorf("list chains: %w", err)
+	}
+	for _, c := range chains {
+		if c.Table.Name == b.table.Name {
+			ko.chains[c.Name] = true
+		}
+	}
+	sets, err := b.conn.GetSets(b.table)
+	if err != nil {
+		return ko, fmt.Errorf("list sets: %w", err)
+	}
+	for _, s := range sets {
+		if !s.Anonymous {
+			ko.sets[s.Name] = s
+		}
+	}
+	objs, err := b.conn.GetNamedObjects(b.table)
+	if err != nil {
+		return ko, fmt.Errorf("list objects: %w", err)
+	}
+	for _, o := range objs {
+		if c, ok := o.(*nftables.CounterObj); ok {
+			ko.counters[c.Name] = true
+		}
+	}
+	return ko, nil
+}
+
+func sameSetType(a, b *nftables.Set) bool {
+	return a.KeyType.Bytes == b.KeyType.Bytes && a.IsMap == b.IsMap && a.HasTimeout == b.HasTimeout &&
+		(!a.HasTimeout || a.Timeout == b.Timeout)
+}
+
+// partial sends only the difference between the last applied table and the wanted one.
+// Order matters inside the batch: chains that change or go away are flushed first (they
+// may refer to sets and chains that go away), then new objects are created, map elements
+// are diffed, changed chains refilled, and finally removed objects deleted.
+func (b *batch) partial(prev *plan.Table) error {
+	if prev == nil {
+		return b.full()
+	}
+	want := b.want
+	// A set whose definition changed (only affinity timeouts do) is deleted and created
+	// again, which the kernel allows only once no rule uses it: its users are rewritten.
+	recreate := map[string]bool{}
+	for name, s := range want.Sets {
+		if old, ok := prev.Sets[name]; ok && (old.Key != s.Key || old.Map != s.Map || old.Dynamic != s.Dynamic || old.Timeout != s.Timeout) {
+			recreate[name] = true
+		}
+	}
+	changed := map[string]bool{}
+	for name, c := range want.Chains {
+		if old, ok := prev.Chains[name]; !ok || !reflect.DeepEqual(old, c) || usesAny(c, recreate) {
+			changed[name] = true
+		}
+	}
+	for name := range prev.Chains {
+		if _, ok := want.Chains[name]; !ok || changed[name] {
+			b.conn.FlushChain(&nftables.Chain{Name: name, Table: b.table})
+		}
+	}
+	for _, name := range sortedNames(want.Counters) {
+		if _, ok := prev.Counters[name]; !ok {
+			b.conn.AddObj(&nftables.CounterObj{Table: b.table, Name: name})
+		}
+	}
+	for _, name := range sortedNames(recreate) {
+		b.conn.DelSet(&nftables.Set{Table: b.table, Name: name})
+	}
+	for _, name := range sortedNames(want.Chains) {
+		if _, ok := prev.Chains[name]; !ok {
+			b.conn.AddChain(b.chainOf(want.Chains[name]))
+		}
+	}
+	for _, name := range sortedNames(want.Sets) {
+		s := want.Sets[name]
+		ns := setOf(b.table, s, want.Family)
+		old, ok := prev.Sets[name]
+		if !ok || recreate[name] {
+			if err := b.conn.AddSet(ns, elemsOf(s, s.Elems)); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+			b.st.Elements += len(s.Elems)
+			continue
+		}
+		if s.Dynamic {
+			continue
+		}
+		del, add := diffElems(old.Elems, s.Elems)
+		if len(del) > 0 {
+			if err := b.conn.SetDeleteElements(ns, elemsOf(s, del)); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+		}
+		if len(add) > 0 {
+			if err := b.conn.SetAddElements(ns, elemsOf(s, add)); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+		}
+		b.st.Elements += len(del) + len(add)
+	}
+	for _, name := range want.ChainNames() {
+		if changed[name] {
+			c := want.Chains[name]
+			if err := b.addRules(c, b.chainOf(c)); err != nil {
+				return err
+			}
+		}
+	}
+	for name := range prev.Sets {
+		if _, ok := want.Sets[name]; !ok {
+			b.conn.DelSet(&nftables.Set{Table: b.table, Name: name})
+			b.st.Deleted++
+		}
+	}
+	for name := range prev.Counters {
+		if _, ok := want.Counters[name]; !ok {
+			b.conn.DeleteObject(&nftables.CounterObj{Table: b.table, Name: name})
+			b.st.Deleted++
+		}
+	}
+	for name := range prev.Chains {
+		if _, ok := want.Chains[name]; !ok {
+			b.conn.DelChain(&nftables.Chain{Name: name, Table: b.table})
+			b.st.Deleted++
+		}
+	}
+	return nil
+}
+
+func usesAny(c *plan.Chain, sets map[string]bool) bool {
+	for _, r := range c.Rules {
+		for _, s := range r.SetRefs() {
+			if sets[s] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// diffElems returns the elements to delete and to add; an element whose verdict changed
+// is deleted and added again.
+func diffElems(old, cur []plan.Elem) (del, add []plan.Elem) {
+	have := make(map[plan.Key]plan.Verdict, len(old))
+	for _, e := range old {
+		have[e.Key] = e.Verdict
+	}
+	want := make(map[plan.Key]plan.Verdict, len(cur))
+	for _, e := range cur {
+		want[e.Key] = e.Verdict
+		if v, ok := have[e.Key]; !ok || v != e.Verdict {
+			add = append(add, e)
+		}
+	}
+	for _, e := range old {
+		if v, ok := want[e.Key]; !ok || v != e.Verdict {
+			del = append(del, e)
+		}
+	}
+	return del, add
+}
+
+func sortedNames[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

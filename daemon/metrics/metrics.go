@@ -1,0 +1,222 @@
+// Package metrics holds the daemon's Prometheus metrics on a registry of its own. Names follow
+// kube-proxy's where the meaning is the same, under the edgegate_ prefix, so dashboards and
+// alerts written for kube-proxy carry over.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "edgegate"
+
+// Proxy modes, as the failures_total "mode" label spells them.
+const (
+	ModeNFTables = "nftables"
+	ModeIPTables = "iptables"
+	ModeIPVS     = "ipvs"
+)
+
+// Traffic policies, as the no_local_endpoints_total "traffic_policy" label spells them.
+const (
+	TrafficPolicyInternal = "internal"
+	TrafficPolicyExternal = "external"
+)
+
+// Metrics is the set of metrics the daemon reports. Its methods are safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	syncDuration        prometheus.Histogram
+	syncFullDuration    prometheus.Histogram
+	syncPartialDuration prometheus.Histogram
+	networkProgramming  prometheus.Histogram
+	lastSynced          prometheus.Gauge
+	lastQueued          prometheus.Gauge
+	endpointChanges     prometheus.Counter
+	endpointPending     prometheus.Gauge
+	serviceChanges      prometheus.Counter
+	servicePending      prometheus.Gauge
+	syncFailures        *prometheus.CounterVec
+	nftablesFailures    prometheus.Counter
+	noLocalEndpoints    *prometheus.GaugeVec
+	conntrackDeleted    prometheus.Counter
+	manifestProblems    prometheus.Gauge
+}
+
+// syncBuckets are kube-proxy's sync latency buckets: 1ms doubling up to about 16s.
+var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+
+// networkProgrammingBuckets are kube-proxy's: fine below a minute, coarse up to five minutes,
+// which is the range the network programming latency SLO talks about.
+var networkProgrammingBuckets = concat(
+	prometheus.LinearBuckets(0.25, 0.25, 2), // 0.25s, 0.5s
+	prometheus.LinearBuckets(1, 1, 59),      // 1s .. 59s
+	prometheus.LinearBuckets(60, 5, 12),     // 60s .. 115s
+	prometheus.LinearBuckets(120, 30, 7),    // 2min .. 5min
+)
+
+func concat(parts ...[]float64) []float64 {
+	var out []float64
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// New creates the metrics and registers them, with the Go runtime and process collectors, on a
+// fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_duration_seconds",
+			Help: "SyncProxyRules latency in seconds, full and partial syncs alike", Buckets: syncBuckets,
+		}),
+		syncFullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sync_full_proxy_rules_duration_seconds",
+			Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: syncBuckets,
+		}),
+		syncPartialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sync_partial_proxy_rules_duration_seconds",
+			Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: syncBuckets,
+		}),
+		networkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "network_programming_duration_seconds",
+			Help: "Time from a Service or endpoint change to the rules that reflect it, in seconds", Buckets: networkProgrammingBuckets,
+		}),
+		lastSynced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_last_timestamp_seconds",
+			Help: "The last time proxy rules were successfully synced",
+		}),
+		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+			Help: "The last time a sync of proxy rules was queued",
+		}),
+		endpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_endpoint_changes_total",
+			Help: "Cumulative proxy rules Endpoint changes",
+		}),
+		endpointPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_endpoint_changes_pending",
+			Help: "Pending proxy rules Endpoint changes",
+		}),
+		serviceChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_service_changes_total",
+			Help: "Cumulative proxy rules Service changes",
+		}),
+		servicePending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_service_changes_pending",
+			Help: "Pending proxy rules Service changes",
+		}),
+		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_failures_total",
+			Help: "Cumulative failed syncs of proxy rules, by proxy mode",
+		}, []string{"mode"}),
+		nftablesFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_nftables_sync_failures_total",
+			Help: "Cumulative failed nftables syncs (kube-proxy's name for the nftables mode's failures)",
+		}),
+		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_no_local_endpoints_total",
+			Help: "Number of services with a Local traffic policy and no endpoints on this node",
+		}, []string{"traffic_policy"}),
+		conntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "conntrack_cleanup_entries_deleted_total",
+			Help: "Cumulative conntrack entries deleted because their endpoint or service went away",
+		}),
+		manifestProblems: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "manifests_problems",
+			Help: "Number of manifest files or objects that could not be used in the last load",
+		}),
+	}
+	// Every known label value starts at zero so a scrape shows the series before the first event.
+	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
+		m.syncFailures.WithLabelValues(mode)
+	}
+	for _, policy := range []string{TrafficPolicyInternal, TrafficPolicyExternal} {
+		m.noLocalEndpoints.WithLabelValues(policy)
+	}
+	m.reg.MustRegister(
+		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
+		m.lastSynced, m.lastQueued,
+		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
+		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
+		m.conntrackDeleted, m.manifestProblems,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ObserveSync records how long one sync of the proxy rules took.
+func (m *Metrics) ObserveSync(full bool, d time.Duration) {
+	m.syncDuration.Observe(d.Seconds())
+	if full {
+		m.syncFullDuration.Observe(d.Seconds())
+	} else {
+		m.syncPartialDuration.Observe(d.Seconds())
+	}
+}
+
+// ObserveNetworkProgramming records the time from a change to the rules reflecting it.
+func (m *Metrics) ObserveNetworkProgramming(d time.Duration) {
+	m.networkProgramming.Observe(d.Seconds())
+}
+
+// SyncFailed counts a failed sync in the given proxy mode (ModeNFTables, ModeIPTables, ModeIPVS).
+func (m *Metrics) SyncFailed(mode string) {
+	m.syncFailures.WithLabelValues(mode).Inc()
+	if mode == ModeNFTables {
+		m.nftablesFailures.Inc()
+	}
+}
+
+// Queued records when a sync was last asked for.
+func (m *Metrics) Queued(t time.Time) { m.lastQueued.Set(unixSeconds(t)) }
+
+// Synced records when the rules were last synced successfully.
+func (m *Metrics) Synced(t time.Time) { m.lastSynced.Set(unixSeconds(t)) }
+
+// ServiceChanges counts Service changes seen; n <= 0 is ignored because counters only grow.
+func (m *Metrics) ServiceChanges(n int) { addCount(m.serviceChanges, n) }
+
+// EndpointChanges counts endpoint changes seen; n <= 0 is ignored because counters only grow.
+func (m *Metrics) EndpointChanges(n int) { addCount(m.endpointChanges, n) }
+
+// SetPending sets the Service and endpoint changes not yet synced.
+func (m *Metrics) SetPending(services, endpoints int) {
+	m.servicePending.Set(float64(services))
+	m.endpointPending.Set(float64(endpoints))
+}
+
+// ConntrackDeleted counts conntrack entries deleted; n <= 0 is ignored.
+func (m *Metrics) ConntrackDeleted(n int) { addCount(m.conntrackDeleted, n) }
+
+// SetNoLocalEndpoints sets how many services with the given Local traffic policy
+// (TrafficPolicyInternal or TrafficPolicyExternal) have no endpoint on this node.
+func (m *Metrics) SetNoLocalEndpoints(policy string, n int) {
+	m.noLocalEndpoints.WithLabelValues(policy).Set(float64(n))
+}
+
+// SetManifestProblems sets the number of bad manifest files or objects in the last load.
+func (m *Metrics) SetManifestProblems(n int) { m.manifestProblems.Set(float64(n)) }
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// addCount adds n to c, skipping n <= 0 since a negative Add panics and a daemon running as
+// PID 1 must not die over a miscount.
+func addCount(c prometheus.Counter, n int) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
+}

@@ -1,0 +1,151 @@
+package metrics
+
+import (
+	"bufio"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scrape fetches m's handler through HTTP and returns each sample's value by its series text,
+// e.g. `edgegate_sync_proxy_rules_failures_total{mode="ipvs"}`.
+func scrape(t *testing.T, m *Metrics) map[string]float64 {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: status %d", resp.StatusCode)
+	}
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("scrape: bad sample %q: %v", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	return samples
+}
+
+func expect(t *testing.T, samples map[string]float64, want map[string]float64) {
+	t.Helper()
+	for series, w := range want {
+		got, ok := samples[series]
+		if !ok {
+			t.Errorf("%s missing from scrape", series)
+			continue
+		}
+		if math.Abs(got-w) > 1e-9*math.Max(1, math.Abs(w)) {
+			t.Errorf("%s = %v, want %v", series, got, w)
+		}
+	}
+}
+
+func TestFreshScrapeHasEverySeriesAtZero(t *testing.T) {
+	samples := scrape(t, New())
+	want := map[string]float64{}
+	for _, h := range []string{
+		"sync_proxy_rules_duration_seconds", "sync_full_proxy_rules_duration_seconds",
+		"sync_partial_proxy_rules_duration_seconds", "network_programming_duration_seconds",
+	} {
+		want["edgegate_"+h+"_count"] = 0
+		want["edgegate_"+h+"_sum"] = 0
+	}
+	for _, s := range []string{
+		"sync_proxy_rules_last_timestamp_seconds", "sync_proxy_rules_last_queued_timestamp_seconds",
+		"sync_proxy_rules_endpoint_changes_total", "sync_proxy_rules_endpoint_changes_pending",
+		"sync_proxy_rules_service_changes_total", "sync_proxy_rules_service_changes_pending",
+		`sync_proxy_rules_failures_total{mode="nftables"}`, `sync_proxy_rules_failures_total{mode="iptables"}`,
+		`sync_proxy_rules_failures_total{mode="ipvs"}`, "sync_proxy_rules_nftables_sync_failures_total",
+		`sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}`,
+		`sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}`,
+		"conntrack_cleanup_entries_deleted_total", "manifests_problems",
+	} {
+		want["edgegate_"+s] = 0
+	}
+	expect(t, samples, want)
+	for _, s := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := samples[s]; !ok {
+			t.Errorf("%s missing: Go and process collectors not registered", s)
+		}
+	}
+	// kube-proxy's network programming buckets reach five minutes.
+	if _, ok := samples[`edgegate_network_programming_duration_seconds_bucket{le="300"}`]; !ok {
+		t.Error("network programming histogram has no 300s bucket")
+	}
+}
+
+func TestRecordedValuesAreScraped(t *testing.T) {
+	m := New()
+	m.ObserveSync(true, 20*time.Millisecond)
+	m.ObserveSync(false, 3*time.Millisecond)
+	m.ObserveSync(false, 5*time.Millisecond)
+	m.ObserveNetworkProgramming(90 * time.Second)
+	m.SyncFailed(ModeNFTables)
+	m.SyncFailed(ModeNFTables)
+	m.SyncFailed(ModeIPVS)
+	m.Queued(time.Unix(1714564800, 500_000_000))
+	m.Synced(time.Unix(1714564801, 0))
+	m.ServiceChanges(3)
+	m.ServiceChanges(-1)
+	m.EndpointChanges(2)
+	m.EndpointChanges(4)
+	m.SetPending(1, 2)
+	m.ConntrackDeleted(7)
+	m.ConntrackDeleted(0)
+	m.SetNoLocalEndpoints(TrafficPolicyExternal, 4)
+	m.SetManifestProblems(2)
+
+	expect(t, scrape(t, m), map[string]float64{
+		"edgegate_sync_proxy_rules_duration_seconds_count":                              3,
+		"edgegate_sync_proxy_rules_duration_seconds_sum":                                0.028,
+		"edgegate_sync_full_proxy_rules_duration_seconds_count":                         1,
+		"edgegate_sync_partial_proxy_rules_duration_seconds_count":                      2,
+		`edgegate_sync_partial_proxy_rules_duration_seconds_bucket{le="0.004"}`:         1,
+		`edgegate_sync_partial_proxy_rules_duration_seconds_bucket{le="0.008"}`:         2,
+		`edgegate_network_programming_duration_seconds_bucket{le="85"}`:                 0,
+		`edgegate_network_programming_duration_seconds_bucket{le="90"}`:                 1,
+		"edgegate_network_programming_duration_seconds_count":                           1,
+		`edgegate_sync_proxy_rules_failures_total{mode="nftables"}`:                     2,
+		`edgegate_sync_proxy_rules_failures_total{mode="iptables"}`:                     0,
+		`edgegate_sync_proxy_rules_failures_total{mode="ipvs"}`:                         1,
+		"edgegate_sync_proxy_rules_nftables_sync_failures_total":                        2,
+		"edgegate_sync_proxy_rules_last_queued_timestamp_seconds":                       1714564800.5,
+		"edgegate_sync_proxy_rules_last_timestamp_seconds":                              1714564801,
+		"edgegate_sync_proxy_rules_service_changes_total":                               3,
+		"edgegate_sync_proxy_rules_endpoint_changes_total":                              6,
+		"edgegate_sync_proxy_rules_service_changes_pending":                             1,
+		"edgegate_sync_proxy_rules_endpoint_changes_pending":                            2,
+		"edgegate_conntrack_cleanup_entries_deleted_total":                              7,
+		`edgegate_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}`: 4,
+		`edgegate_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}`: 0,
+		"edgegate_manifests_problems":                                                   2,
+	})
+}
+
+// TestRegistriesAreIndependent would panic on duplicate registration if the metrics lived on
+// the global registry.
+func TestRegistriesAreIndependent(t *testing.T) {
+	a, b := New(), New()
+	a.SetManifestProblems(5)
+	expect(t, scrape(t, b), map[string]float64{"edgegate_manifests_problems": 0})
+	expect(t, scrape(t, a), map[string]float64{"edgegate_manifests_problems": 5})
+}

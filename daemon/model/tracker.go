@@ -1,0 +1,257 @@
+package model
+
+import (
+	"reflect"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// ServiceNameLabel links an EndpointSlice to its Service.
+const ServiceNameLabel = discovery.LabelServiceName
+
+// Snapshot is an immutable view of every ServicePort. Unchanged ServicePorts are shared
+// between consecutive snapshots, so building one costs a map copy, not a rebuild.
+type Snapshot struct {
+	Ports map[ServicePortName]*ServicePort
+	// Generation counts the snapshots a Tracker has made.
+	Generation uint64
+}
+
+// Sorted returns the ServicePorts in a stable order (namespace, name, port, protocol).
+func (s *Snapshot) Sorted() []*ServicePort {
+	out := make([]*ServicePort, 0, len(s.Ports))
+	for _, sp := range s.Ports {
+		out = append(out, sp)
+	}
+	slices.SortFunc(out, func(a, b *ServicePort) int { return compareNames(a.Name, b.Name) })
+	return out
+}
+
+func compareNames(a, b ServicePortName) int {
+	for _, c := range [][2]string{{a.Namespace, b.Namespace}, {a.Name, b.Name}, {a.Port, b.Port}, {string(a.Protocol), string(b.Protocol)}} {
+		if c[0] < c[1] {
+			return -1
+		}
+		if c[0] > c[1] {
+			return 1
+		}
+	}
+	return 0
+}
+
+// Changes says what a new Snapshot changed against the previous one.
+type Changes struct {
+	// Ports holds every ServicePortName that was added, removed or modified.
+	Ports map[ServicePortName]struct{}
+	// Services and Endpoints count the object events folded into this snapshot, as
+	// kube-proxy's service/endpoint change counters do.
+	Services, Endpoints int
+}
+
+// Empty reports whether nothing changed.
+func (c Changes) Empty() bool { return len(c.Ports) == 0 }
+
+type sliceKey struct{ Namespace, Name string }
+
+// Tracker keeps the current Services and EndpointSlices and builds Snapshots from them,
+// recomputing only the services whose objects changed. It is safe for concurrent use.
+type Tracker struct {
+	mu       sync.Mutex
+	services map[ServiceName]*v1.Service
+	slices   map[sliceKey]*discovery.EndpointSlice
+	bySvc    map[ServiceName]map[sliceKey]struct{}
+	dirty    map[ServiceName]struct{}
+	built    map[ServiceName][]*ServicePort
+	ports    map[ServicePortName]*ServicePort
+	gen      uint64
+	svcEv    int
+	epEv     int
+}
+
+// NewTracker returns an empty Tracker.
+func NewTracker() *Tracker {
+	return &Tracker{
+		services: map[ServiceName]*v1.Service{},
+		slices:   map[sliceKey]*discovery.EndpointSlice{},
+		bySvc:    map[ServiceName]map[sliceKey]struct{}{},
+		dirty:    map[ServiceName]struct{}{},
+		built:    map[ServiceName][]*ServicePort{},
+		ports:    map[ServicePortName]*ServicePort{},
+	}
+}
+
+// UpsertService adds or replaces a Service.
+func (t *Tracker) UpsertService(svc *v1.Service) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.upsertService(svc)
+}
+
+func (t *Tracker) upsertService(svc *v1.Service) {
+	n := ServiceName{Namespace: svc.Namespace, Name: svc.Name}
+	if old, ok := t.services[n]; ok && reflect.DeepEqual(old.Spec, svc.Spec) && reflect.DeepEqual(old.Status, svc.Status) {
+		return
+	}
+	t.services[n] = svc
+	t.dirty[n] = struct{}{}
+	t.svcEv++
+}
+
+// DeleteService removes a Service.
+func (t *Tracker) DeleteService(namespace, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.deleteService(ServiceName{Namespace: namespace, Name: name})
+}
+
+func (t *Tracker) deleteService(n ServiceName) {
+	if _, ok := t.services[n]; !ok {
+		return
+	}
+	delete(t.services, n)
+	t.dirty[n] = struct{}{}
+	t.svcEv++
+}
+
+// UpsertSlice adds or replaces an EndpointSlice.
+func (t *Tracker) UpsertSlice(s *discovery.EndpointSlice) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.upsertSlice(s)
+}
+
+func (t *Tracker) upsertSlice(s *discovery.EndpointSlice) {
+	k := sliceKey{s.Namespace, s.Name}
+	old, had := t.slices[k]
+	if had && reflect.DeepEqual(old, s) {
+		return
+	}
+	if had {
+		t.unlinkSlice(k, old)
+	}
+	t.slices[k] = s
+	n := ServiceName{Namespace: s.Namespace, Name: s.Labels[ServiceNameLabel]}
+	if t.bySvc[n] == nil {
+		t.bySvc[n] = map[sliceKey]struct{}{}
+	}
+	t.bySvc[n][k] = struct{}{}
+	t.dirty[n] = struct{}{}
+	t.epEv++
+}
+
+// DeleteSlice removes an EndpointSlice.
+func (t *Tracker) DeleteSlice(namespace, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := sliceKey{namespace, name}
+	if old, ok := t.slices[k]; ok {
+		t.unlinkSlice(k, old)
+		delete(t.slices, k)
+		t.epEv++
+	}
+}
+
+func (t *Tracker) unlinkSlice(k sliceKey, s *discovery.EndpointSlice) {
+	n := ServiceName{Namespace: s.Namespace, Name: s.Labels[ServiceNameLabel]}
+	delete(t.bySvc[n], k)
+	if len(t.bySvc[n]) == 0 {
+		delete(t.bySvc, n)
+	}
+	t.dirty[n] = struct{}{}
+}
+
+// Replace makes the tracked objects exactly the given ones, as a source that always knows
+// the whole desired state (a manifests directory, a cache file) delivers them.
+func (t *Tracker) Replace(services []*v1.Service, eps []*discovery.EndpointSlice) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	keepSvc := map[ServiceName]bool{}
+	for _, s := range services {
+		keepSvc[ServiceName{Namespace: s.Namespace, Name: s.Name}] = true
+		t.upsertService(s)
+	}
+	for n := range t.services {
+		if !keepSvc[n] {
+			t.deleteService(n)
+		}
+	}
+	keepSlice := map[sliceKey]bool{}
+	for _, s := range eps {
+		keepSlice[sliceKey{s.Namespace, s.Name}] = true
+		t.upsertSlice(s)
+	}
+	for k, old := range t.slices {
+		if !keepSlice[k] {
+			t.unlinkSlice(k, old)
+			delete(t.slices, k)
+			t.epEv++
+		}
+	}
+}
+
+// Snapshot folds every change since the last call into a new Snapshot and reports which
+// ServicePorts differ from the previous one.
+func (t *Tracker) Snapshot() (*Snapshot, Changes) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := Changes{Ports: map[ServicePortName]struct{}{}, Services: t.svcEv, Endpoints: t.epEv}
+	t.svcEv, t.epEv = 0, 0
+	for n := range t.dirty {
+		var eps []*discovery.EndpointSlice
+		keys := make([]sliceKey, 0, len(t.bySvc[n]))
+		for k := range t.bySvc[n] {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b sliceKey) int {
+			if a.Name < b.Name {
+				return -1
+			}
+			if a.Name > b.Name {
+				return 1
+			}
+			return 0
+		})
+		for _, k := range keys {
+			eps = append(eps, t.slices[k])
+		}
+		next := ServicePorts(t.services[n], eps)
+		prev := t.built[n]
+		seen := map[ServicePortName]bool{}
+		for _, sp := range next {
+			seen[sp.Name] = true
+			if old, ok := t.ports[sp.Name]; ok && reflect.DeepEqual(old, sp) {
+				continue
+			}
+			t.ports[sp.Name] = sp
+			ch.Ports[sp.Name] = struct{}{}
+		}
+		for _, sp := range prev {
+			if !seen[sp.Name] {
+				delete(t.ports, sp.Name)
+				ch.Ports[sp.Name] = struct{}{}
+			}
+		}
+		if len(next) == 0 {
+			delete(t.built, n)
+		} else {
+			// Keep the stored pointers of unchanged ports so later comparisons stay cheap.
+			stored := make([]*ServicePort, len(next))
+			for i, sp := range next {
+				stored[i] = t.ports[sp.Name]
+			}
+			t.built[n] = stored
+		}
+		delete(t.dirty, n)
+	}
+	if !ch.Empty() || t.gen == 0 {
+		t.gen++
+	}
+	ports := make(map[ServicePortName]*ServicePort, len(t.ports))
+	for k, v := range t.ports {
+		ports[k] = v
+	}
+	return &Snapshot{Ports: ports, Generation: t.gen}, ch
+}

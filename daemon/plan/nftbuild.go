@@ -1,0 +1,318 @@
+package plan
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// TableName is the name of edgegate's nftables table in each family.
+const TableName = "edgegate"
+
+// Fixed set, map and chain names of the nftables layout (kube-proxy's, under our table).
+const (
+	SetClusterIPs        = "cluster-ips"
+	MapServiceIPs        = "service-ips"
+	MapServiceNodePorts  = "service-nodeports"
+	MapNoEndpointSvcs    = "no-endpoint-services"
+	MapNoEndpointNodePts = "no-endpoint-nodeports"
+	MapFirewallIPs       = "firewall-ips"
+
+	ChainServices        = "services"
+	ChainMarkMasq        = "mark-for-masquerade"
+	ChainMasquerading    = "masquerading"
+	ChainReject          = "reject-chain"
+	ChainFirewallCheck   = "firewall-check"
+	ChainSvcEndpointsChk = "service-endpoints-check"
+	ChainNPEndpointsChk  = "nodeport-endpoints-check"
+	ChainClusterIPsCheck = "cluster-ips-check"
+)
+
+// Priorities of the base chains: filter checks run just before DNAT (dstnat = -100) so they
+// see the original destination; nat hooks at the standard dstnat/srcnat priorities.
+const (
+	prioFilterPreDNAT = -110
+	prioDstNAT        = -100
+	prioSrcNAT        = 100
+	prioPostDNAT      = -90
+)
+
+// NFT builds the nftables plan of one family from a Snapshot.
+func NFT(snap *model.Snapshot, f model.Family, cfg Config) *Table {
+	t := &Table{Family: f, Name: TableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}, Counters: map[string]struct{}{}}
+	t.base(cfg)
+	for _, sp := range snap.Sorted() {
+		if p, ok := Policy(sp, f, cfg); ok {
+			t.servicePort(&p, cfg)
+		}
+	}
+	return t
+}
+
+func (t *Table) chain(name string, hook *Hook, rules ...Rule) *Chain {
+	c := &Chain{Name: name, Hook: hook, Rules: rules}
+	t.Chains[name] = c
+	return c
+}
+
+func (t *Table) set(name string, key KeyKind, isMap bool) {
+	t.Sets[name] = &Set{Name: name, Key: key, Map: isMap}
+}
+
+// elem adds a set or map element. Two services claiming the same key (the same IP and port,
+// or the same node port) would make the kernel refuse the whole batch; the first service in
+// sorted order keeps the key and the clash is reported in Conflicts.
+func (t *Table) elem(set string, k Key, v Verdict, owner model.ServicePortName) {
+	s := t.Sets[set]
+	if t.owners == nil {
+		t.owners = map[string]map[Key]ownedElem{}
+	}
+	if t.owners[set] == nil {
+		t.owners[set] = map[Key]ownedElem{}
+	}
+	if prev, ok := t.owners[set][k]; ok {
+		if prev.verdict != v || prev.owner != owner {
+			t.Conflicts = append(t.Conflicts, fmt.Sprintf("%s and %s both claim %s in %s; %s keeps it",
+				prev.owner, owner, k.format(s.Key), set, prev.owner))
+		}
+		return
+	}
+	t.owners[set][k] = ownedElem{owner: owner, verdict: v}
+	s.Elems = append(s.Elems, Elem{Key: k, Verdict: v})
+}
+
+type ownedElem struct {
+	owner   model.ServicePortName
+	verdict Verdict
+}
+
+func jump(c string) Stmt { return Do{Verdict{Kind: VerdictJump, Chain: c}} }
+func gotoC(c string) Stmt { return Do{Verdict{Kind: VerdictGoto, Chain: c}} }
+
+// base adds the fixed part of the layout: hooks, dispatch maps, masquerade and reject.
+func (t *Table) base(cfg Config) {
+	mark := cfg.MasqueradeMark()
+	t.set(SetClusterIPs, KeyAddr, false)
+	t.set(MapServiceIPs, KeyAddrProtoPort, true)
+	t.set(MapServiceNodePorts, KeyProtoPort, true)
+	t.set(MapNoEndpointSvcs, KeyAddrProtoPort, true)
+	t.set(MapNoEndpointNodePts, KeyProtoPort, true)
+	t.set(MapFirewallIPs, KeyAddrProtoPort, true)
+
+	t.chain("filter-prerouting", &Hook{"filter", "prerouting", prioFilterPreDNAT},
+		Rule{CtStateNew{}, jump(ChainFirewallCheck)})
+	t.chain("filter-input", &Hook{"filter", "input", prioFilterPreDNAT},
+		Rule{CtStateNew{}, jump(ChainNPEndpointsChk)},
+		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)})
+	t.chain("filter-forward", &Hook{"filter", "forward", prioFilterPreDNAT},
+		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)},
+		Rule{CtStateNew{}, jump(ChainClusterIPsCheck)})
+	t.chain("filter-output", &Hook{"filter", "output", prioFilterPreDNAT},
+		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)},
+		Rule{CtStateNew{}, jump(ChainFirewallCheck)})
+	t.chain("filter-output-post-dnat", &Hook{"filter", "output", prioPostDNAT},
+		Rule{CtStateNew{}, jump(ChainClusterIPsCheck)})
+	t.chain("nat-prerouting", &Hook{"nat", "prerouting", prioDstNAT}, Rule{jump(ChainServices)})
+	t.chain("nat-output", &Hook{"nat", "output", prioDstNAT}, Rule{jump(ChainServices)})
+	t.chain("nat-postrouting", &Hook{"nat", "postrouting", prioSrcNAT}, Rule{jump(ChainMasquerading)})
+
+	t.chain(ChainFirewallCheck, nil, Rule{VMap{KeyAddrProtoPort, MapFirewallIPs}})
+	t.chain(ChainSvcEndpointsChk, nil, Rule{VMap{KeyAddrProtoPort, MapNoEndpointSvcs}})
+	t.chain(ChainNPEndpointsChk, nil, nodePortRule(t.Family, cfg, VMap{KeyProtoPort, MapNoEndpointNodePts})...)
+	t.chain(ChainClusterIPsCheck, nil, Rule{MatchAddrSet{Set: SetClusterIPs}, RejectStmt{}})
+	t.chain(ChainReject, nil, Rule{RejectStmt{TCPReset: true}}, Rule{RejectStmt{}})
+	t.chain(ChainMarkMasq, nil, Rule{SetMark{mark}})
+	t.chain(ChainMasquerading, nil,
+		Rule{MatchMarkClear{mark}, Do{Verdict{Kind: VerdictReturn}}},
+		Rule{ClearMark{mark}},
+		Rule{Masquerade{}})
+	t.chain(ChainServices, nil, append([]Rule{{VMap{KeyAddrProtoPort, MapServiceIPs}}},
+		nodePortRule(t.Family, cfg, VMap{KeyProtoPort, MapServiceNodePorts})...)...)
+}
+
+// nodePortRule guards a node-port lookup: the destination must be a local address, and
+// either inside --nodeport-addresses or, by default, not loopback.
+func nodePortRule(f model.Family, cfg Config, lookup Stmt) []Rule {
+	prefixes := familyPrefixes(cfg.NodePortAddresses, f)
+	if len(prefixes) == 0 {
+		lo := netip.MustParsePrefix("127.0.0.0/8")
+		if f == model.IPv6 {
+			lo = netip.MustParsePrefix("::1/128")
+		}
+		return []Rule{{MatchFibLocal{}, MatchAddr{Not: true, Prefix: lo}, lookup}}
+	}
+	var out []Rule
+	for _, p := range prefixes {
+		out = append(out, Rule{MatchFibLocal{}, MatchAddr{Prefix: p}, lookup})
+	}
+	return out
+}
+
+// ChainBase is the readable suffix of a service port's chains, as kube-proxy spells it:
+// a short hash (unique even where names are truncated or ambiguous) then ns/name/proto/port.
+func ChainBase(n model.ServicePortName) string {
+	id := fmt.Sprintf("%s/%s/%s/%s", n.Namespace, n.Name, n.Protocol.Lower(), n.Port)
+	return hash8(id) + "-" + id
+}
+
+// EndpointChain names the chain of one endpoint of a service port.
+func EndpointChain(n model.ServicePortName, e model.Endpoint) string {
+	id := fmt.Sprintf("%s/%s/%s/%s__%s/%d", n.Namespace, n.Name, n.Protocol.Lower(), n.Port, e.Addr, e.Port)
+	return "endpoint-" + hash8(id) + "-" + id
+}
+
+// AffinitySet names the ClientIP affinity set of one endpoint.
+func AffinitySet(n model.ServicePortName, e model.Endpoint) string {
+	return "affinity-" + strings.TrimPrefix(EndpointChain(n, e), "endpoint-")
+}
+
+func hash8(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(h[:])[:8]
+}
+
+func verdictFor(o Outcome) Verdict {
+	if o == Drop {
+		return Verdict{Kind: VerdictDrop}
+	}
+	return Verdict{Kind: VerdictGoto, Chain: ChainReject}
+}
+
+// servicePort adds every chain, map element and counter of one ServicePort.
+func (t *Table) servicePort(p *PortPolicy, cfg Config) {
+	sp := p.SP
+	base := ChainBase(sp.Name)
+	svcChain, localChain := "service-"+base, "local-"+base
+	extChain, fwChain := "external-"+base, "firewall-"+base
+	proto := sp.Name.Protocol.Number()
+
+	t.elem(SetClusterIPs, Key{Addr: p.ClusterIP}, Verdict{}, model.ServicePortName{ServiceName: sp.Name.ServiceName})
+	for _, e := range p.Reachable {
+		t.endpoint(p, e)
+	}
+	// The chain ClusterIP traffic enters carries the ClusterIP masquerade rule.
+	internalChain := svcChain
+	if p.UsesLocalForInternal {
+		internalChain = localChain
+	}
+	if len(p.Cluster) > 0 {
+		t.dispatch(svcChain, p, p.Cluster, internalChain == svcChain, cfg)
+	}
+	if len(p.Local) > 0 {
+		t.dispatch(localChain, p, p.Local, internalChain == localChain, cfg)
+	}
+
+	cipKey := Key{Addr: p.ClusterIP, Proto: proto, Port: sp.Port}
+	if p.Internal == Forward {
+		t.elem(MapServiceIPs, cipKey, Verdict{Kind: VerdictGoto, Chain: internalChain}, sp.Name)
+	} else {
+		t.elem(MapNoEndpointSvcs, cipKey, verdictFor(p.Internal), sp.Name)
+	}
+	if !p.IsExternal() {
+		return
+	}
+
+	if p.External == Forward {
+		ext := t.chain(extChain, nil)
+		if p.UsesClusterForExternal {
+			ext.Rules = append(ext.Rules, Rule{jump(ChainMarkMasq)}, Rule{gotoC(svcChain)})
+		} else {
+			// Traffic from the node itself to a Local service is not "external": it is
+			// masqueraded and may use any endpoint, as in kube-proxy.
+			if len(p.Cluster) > 0 {
+				ext.Rules = append(ext.Rules,
+					Rule{MatchFibLocal{Source: true}, jump(ChainMarkMasq)},
+					Rule{MatchFibLocal{Source: true}, gotoC(svcChain)})
+			}
+			ext.Rules = append(ext.Rules, Rule{gotoC(localChain)})
+		}
+	}
+	extVerdict := Verdict{Kind: VerdictGoto, Chain: extChain}
+	for _, a := range append(append([]netip.Addr(nil), p.ExternalIPs...), p.LBIPs...) {
+		k := Key{Addr: a, Proto: proto, Port: sp.Port}
+		if p.External == Forward {
+			t.elem(MapServiceIPs, k, extVerdict, sp.Name)
+		} else {
+			t.elem(MapNoEndpointSvcs, k, verdictFor(p.External), sp.Name)
+		}
+	}
+	if sp.NodePort != 0 {
+		k := Key{Proto: proto, Port: sp.NodePort}
+		if p.External == Forward {
+			t.elem(MapServiceNodePorts, k, extVerdict, sp.Name)
+		} else {
+			t.elem(MapNoEndpointNodePts, k, verdictFor(p.External), sp.Name)
+		}
+	}
+	// Source ranges of the other family only still close this family's LoadBalancer IPs:
+	// an operator who restricted sources never gets an open IPv6 door by accident.
+	if len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0 {
+		fw := t.chain(fwChain, nil)
+		for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
+			fw.Rules = append(fw.Rules, Rule{MatchAddr{Source: true, Prefix: r}, Do{Verdict{Kind: VerdictReturn}}})
+		}
+		fw.Rules = append(fw.Rules, Rule{Do{Verdict{Kind: VerdictDrop}}})
+		for _, a := range p.LBIPs {
+			t.elem(MapFirewallIPs, Key{Addr: a, Proto: proto, Port: sp.Port}, Verdict{Kind: VerdictGoto, Chain: fwChain}, sp.Name)
+		}
+	}
+}
+
+// dispatch fills a policy chain: count, masquerade ClusterIP traffic where configured,
+// honour affinity, then pick an endpoint at random.
+func (t *Table) dispatch(name string, p *PortPolicy, eps []model.Endpoint, internal bool, cfg Config) {
+	sp := p.SP
+	counter := "service-" + ChainBase(sp.Name)
+	t.Counters[counter] = struct{}{}
+	c := t.chain(name, nil, Rule{Counter{counter}})
+	if internal && p.MasqueradeCluster {
+		dst := MatchAddr{Prefix: netip.PrefixFrom(p.ClusterIP, p.ClusterIP.BitLen())}
+		if cfg.MasqueradeAll {
+			c.Rules = append(c.Rules, Rule{dst, jump(ChainMarkMasq)})
+		} else {
+			for _, cidr := range familyPrefixes(cfg.ClusterCIDRs, p.Family) {
+				c.Rules = append(c.Rules, Rule{dst, MatchAddr{Source: true, Not: true, Prefix: cidr}, jump(ChainMarkMasq)})
+			}
+		}
+	}
+	chains := make([]string, len(eps))
+	for i, e := range eps {
+		chains[i] = EndpointChain(sp.Name, e)
+		if sp.AffinityTimeout > 0 {
+			c.Rules = append(c.Rules, Rule{MatchAddrSet{Source: true, Set: AffinitySet(sp.Name, e)}, gotoC(chains[i])})
+		}
+	}
+	if len(chains) == 1 {
+		c.Rules = append(c.Rules, Rule{gotoC(chains[0])})
+		return
+	}
+	// The endpoint choice lives in a map named like the chain: an endpoint replaced by
+	// another changes one element, not the rule.
+	m := &Set{Name: name, Key: KeyIndex, Map: true}
+	for i, ch := range chains {
+		m.Elems = append(m.Elems, Elem{Key: Key{Index: uint32(i)}, Verdict: Verdict{Kind: VerdictGoto, Chain: ch}})
+	}
+	t.Sets[name] = m
+	c.Rules = append(c.Rules, Rule{Numgen{Mod: uint32(len(chains)), Map: name}})
+}
+
+// endpoint adds the chain (and affinity set) of one endpoint.
+func (t *Table) endpoint(p *PortPolicy, e model.Endpoint) {
+	sp := p.SP
+	name := EndpointChain(sp.Name, e)
+	t.Counters[name] = struct{}{}
+	c := t.chain(name, nil,
+		Rule{Counter{name}},
+		// Hairpin: an endpoint reaching its own service must see the node as source.
+		Rule{MatchAddr{Source: true, Prefix: netip.PrefixFrom(e.Addr, e.Addr.BitLen())}, jump(ChainMarkMasq)})
+	if sp.AffinityTimeout > 0 {
+		set := AffinitySet(sp.Name, e)
+		t.Sets[set] = &Set{Name: set, Key: KeyAddr, Dynamic: true, Timeout: sp.AffinityTimeout}
+		c.Rules = append(c.Rules, Rule{UpdateSource{Set: set}})
+	}
+	c.Rules = append(c.Rules, Rule{DNAT{Proto: sp.Name.Protocol.Number(), To: netip.AddrPortFrom(e.Addr, e.Port)}})
+}

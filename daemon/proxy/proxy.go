@@ -1,0 +1,179 @@
+// Package proxy is the sync loop's body: it folds source changes into a Snapshot, plans
+// the rules of every family, applies them in one transaction, cleans stale UDP conntrack
+// entries and keeps health, metrics and the health-check node ports up to date.
+package proxy
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/edgegate/edgegate/daemon/healthcheck"
+	"github.com/edgegate/edgegate/daemon/healthz"
+	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
+	"github.com/edgegate/edgegate/daemon/kernel/nft"
+	"github.com/edgegate/edgegate/daemon/metrics"
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// Mode names a proxy mode as --proxy-mode spells it.
+const ModeNFTables = "nftables"
+
+// Proxier programs the data plane from a Tracker.
+type Proxier struct {
+	Tracker     *model.Tracker
+	Rules       nft.Ruleset
+	Conntrack   conntrack.Cleaner
+	Metrics     *metrics.Metrics
+	Health      *healthz.Server
+	HealthCheck *healthcheck.Server // may be nil
+	Log         *slog.Logger
+	Config      plan.Config
+	Families    []model.Family
+	// FullSyncPeriod bounds the time between full syncs, which repair rules changed by hand.
+	FullSyncPeriod time.Duration
+	Now            func() time.Time
+
+	mu          sync.Mutex
+	lastFull    time.Time
+	synced      bool
+	lastTrigger map[model.ServicePortName]int64
+	conflicts   []string
+}
+
+// Queued records that a change is waiting for the next sync (health and metrics).
+func (p *Proxier) Queued() {
+	now := p.Now()
+	p.Health.QueuedUpdate(now)
+	p.Metrics.Queued(now)
+}
+
+// Sync runs one sync. It is not safe to call concurrently (the runner never does).
+func (p *Proxier) Sync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := p.Now()
+	snap, changes := p.Tracker.Snapshot()
+	p.Metrics.ServiceChanges(changes.Services)
+	p.Metrics.EndpointChanges(changes.Endpoints)
+	full := !p.synced || start.Sub(p.lastFull) >= p.FullSyncPeriod
+	if changes.Empty() && !full {
+		p.Health.Updated(start)
+		return nil
+	}
+
+	tables := make([]*plan.Table, 0, len(p.Families))
+	var conflicts []string
+	for _, f := range p.Families {
+		t := plan.NFT(snap, f, p.Config)
+		conflicts = append(conflicts, t.Conflicts...)
+		tables = append(tables, t)
+	}
+	if !slices.Equal(conflicts, p.conflicts) {
+		for _, c := range conflicts {
+			p.Log.Warn("conflicting services", "conflict", c)
+		}
+		p.conflicts = conflicts
+	}
+	st, err := p.Rules.Apply(tables, full)
+	if err != nil {
+		p.Metrics.SyncFailed(ModeNFTables)
+		// The tracker has already folded these changes into the snapshot; the backend
+		// makes the next apply full, so nothing is lost by retrying with a newer one.
+		return fmt.Errorf("sync: %w", err)
+	}
+	end := p.Now()
+	if st.Full {
+		p.lastFull = start
+	}
+	p.synced = true
+	p.Metrics.ObserveSync(st.Full, end.Sub(start))
+	p.Metrics.Synced(end)
+	p.Health.Updated(end)
+	p.observeProgramming(snap, changes, end)
+	p.cleanConntrack(snap, changes, st.Full)
+	p.syncHealthChecks(snap)
+	p.Log.Debug("synced", "full", st.Full, "changed", len(changes.Ports), "chains", st.Chains,
+		"elements", st.Elements, "deleted", st.Deleted, "took", end.Sub(start))
+	return nil
+}
+
+// observeProgramming records network programming latency once per EndpointSlice change,
+// from the time the controller stamped on it to now.
+func (p *Proxier) observeProgramming(snap *model.Snapshot, changes model.Changes, now time.Time) {
+	if p.lastTrigger == nil {
+		p.lastTrigger = map[model.ServicePortName]int64{}
+	}
+	for n := range changes.Ports {
+		sp, ok := snap.Ports[n]
+		if !ok {
+			delete(p.lastTrigger, n)
+			continue
+		}
+		if sp.TriggerTimeNanos > p.lastTrigger[n] {
+			p.lastTrigger[n] = sp.TriggerTimeNanos
+			if d := now.Sub(time.Unix(0, sp.TriggerTimeNanos)); d >= 0 {
+				p.Metrics.ObserveNetworkProgramming(d)
+			}
+		}
+	}
+}
+
+// cleanConntrack deletes stale UDP entries after a sync that touched a UDP service (or a
+// full one, which also covers a restart).
+func (p *Proxier) cleanConntrack(snap *model.Snapshot, changes model.Changes, full bool) {
+	udp := full
+	for n := range changes.Ports {
+		udp = udp || n.Protocol == model.UDP
+	}
+	if !udp || p.Conntrack == nil {
+		return
+	}
+	for _, f := range p.Families {
+		n, err := p.Conntrack.CleanUDP(f, plan.UDP(snap, f, p.Config))
+		if err != nil {
+			p.Log.Warn("conntrack cleanup failed", "family", f, "err", err)
+		}
+		p.Metrics.ConntrackDeleted(n)
+		if n > 0 {
+			p.Log.Info("deleted stale UDP conntrack entries", "family", f, "count", n)
+		}
+	}
+}
+
+// syncHealthChecks serves healthCheckNodePort for eTP Local services and counts their
+// node-local endpoints.
+func (p *Proxier) syncHealthChecks(snap *model.Snapshot) {
+	ports := map[model.ServiceName]uint16{}
+	counts := map[model.ServiceName]int{}
+	noLocal := map[string]int{}
+	for _, sp := range snap.Ports {
+		local := 0
+		for _, e := range sp.Endpoints {
+			if e.Ready && e.NodeName != "" && e.NodeName == p.Config.NodeName {
+				local++
+			}
+		}
+		if sp.ExternalLocal {
+			if sp.HealthCheckPort != 0 {
+				ports[sp.Name.ServiceName] = sp.HealthCheckPort
+			}
+			counts[sp.Name.ServiceName] += local
+			if local == 0 {
+				noLocal["external"]++
+			}
+		}
+		if sp.InternalLocal && local == 0 {
+			noLocal["internal"]++
+		}
+	}
+	p.Metrics.SetNoLocalEndpoints("external", noLocal["external"])
+	p.Metrics.SetNoLocalEndpoints("internal", noLocal["internal"])
+	if p.HealthCheck != nil {
+		p.HealthCheck.SyncServices(ports)
+		p.HealthCheck.SyncEndpoints(counts)
+	}
+}

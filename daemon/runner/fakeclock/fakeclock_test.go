@@ -1,0 +1,71 @@
+package fakeclock
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func TestTimerFiresOnlyWhenDue(t *testing.T) {
+	c := New(t0)
+	tm := c.NewTimer(2 * time.Second)
+	if !c.AwaitTimers(time.Second, t0.Add(2*time.Second)) {
+		t.Fatal("timer not registered")
+	}
+	c.Advance(time.Second)
+	select {
+	case <-tm.C():
+		t.Fatal("timer fired 1s early")
+	default:
+	}
+	c.Advance(time.Second)
+	select {
+	case got := <-tm.C():
+		if !got.Equal(t0.Add(2 * time.Second)) {
+			t.Fatalf("fired with %v", got)
+		}
+	default:
+		t.Fatal("timer did not fire when due")
+	}
+	if tm.Stop() {
+		t.Fatal("Stop reported a fired timer as pending")
+	}
+	if !c.AwaitTimers(time.Second) {
+		t.Fatal("fired timer still listed")
+	}
+}
+
+func TestStopRemovesTimer(t *testing.T) {
+	c := New(t0)
+	a := c.NewTimer(time.Second)
+	c.NewTimer(3 * time.Second)
+	if !a.Stop() {
+		t.Fatal("Stop reported a pending timer as fired")
+	}
+	if !c.AwaitTimers(time.Second, t0.Add(3*time.Second)) {
+		t.Fatal("stopped timer still listed")
+	}
+	c.Advance(time.Hour)
+	select {
+	case <-a.C():
+		t.Fatal("stopped timer fired")
+	default:
+	}
+}
+
+func TestZeroDurationFiresAtOnce(t *testing.T) {
+	c := New(t0)
+	select {
+	case <-c.NewTimer(0).C():
+	default:
+		t.Fatal("zero timer did not fire")
+	}
+}
+
+func TestAwaitTimersTimesOut(t *testing.T) {
+	c := New(t0)
+	if c.AwaitTimers(time.Millisecond, t0.Add(time.Second)) {
+		t.Fatal("AwaitTimers reported a timer that does not exist")
+	}
+}
