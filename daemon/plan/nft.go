@@ -207,8 +207,10 @@ func (m MatchAddr) nft(f model.Family) string {
 func (m MatchAddrSet) nft(f model.Family) string {
 	return fmt.Sprintf("%s %s @%s", addrKeyword(f), dir(m.Source), m.Set)
 }
-func (m MatchFibLocal) nft(model.Family) string { return fmt.Sprintf("fib %s type local", dir(m.Source)) }
-func (m MatchProto) nft(model.Family) string    { return "meta l4proto " + protoName(m.Proto) }
+func (m MatchFibLocal) nft(model.Family) string {
+	return fmt.Sprintf("fib %s type local", dir(m.Source))
+}
+func (m MatchProto) nft(model.Family) string { return "meta l4proto " + protoName(m.Proto) }
 func (m MatchMarkClear) nft(model.Family) string {
 	return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", m.Bit)
 }
@@ -218,9 +220,13 @@ func (v VMap) nft(f model.Family) string {
 func (n Numgen) nft(model.Family) string {
 	return fmt.Sprintf("numgen random mod %d vmap @%s", n.Mod, n.Map)
 }
-func (s SetMark) nft(model.Family) string   { return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit) }
-func (s ClearMark) nft(model.Family) string { return fmt.Sprintf("meta mark set meta mark ^ 0x%08x", s.Bit) }
-func (c Counter) nft(model.Family) string   { return fmt.Sprintf("counter name %q", c.Name) }
+func (s SetMark) nft(model.Family) string {
+	return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit)
+}
+func (s ClearMark) nft(model.Family) string {
+	return fmt.Sprintf("meta mark set meta mark ^ 0x%08x", s.Bit)
+}
+func (c Counter) nft(model.Family) string { return fmt.Sprintf("counter name %q", c.Name) }
 func (u UpdateSource) nft(f model.Family) string {
 	return fmt.Sprintf("update @%s { %s saddr }", u.Set, addrKeyword(f))
 }
@@ -372,4 +378,46 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Validate checks that every chain and set a rule or map element refers to exists, so a
+// plan the kernel would refuse is caught with a readable error first.
+func (t *Table) Validate() error {
+	chainRef := func(where string, v Verdict) error {
+		if (v.Kind == VerdictJump || v.Kind == VerdictGoto) && t.Chains[v.Chain] == nil {
+			return fmt.Errorf("%s: %s to missing chain %q", where, v, v.Chain)
+		}
+		return nil
+	}
+	for _, name := range sortedKeys(t.Chains) {
+		for i, r := range t.Chains[name].Rules {
+			where := fmt.Sprintf("chain %s rule %d", name, i)
+			for _, s := range r.SetRefs() {
+				if t.Sets[s] == nil {
+					return fmt.Errorf("%s: missing set %q", where, s)
+				}
+			}
+			for _, s := range r {
+				switch s := s.(type) {
+				case Do:
+					if err := chainRef(where, s.Verdict); err != nil {
+						return err
+					}
+				case Counter:
+					if _, ok := t.Counters[s.Name]; !ok {
+						return fmt.Errorf("%s: missing counter %q", where, s.Name)
+					}
+				}
+			}
+		}
+	}
+	for _, name := range sortedKeys(t.Sets) {
+		s := t.Sets[name]
+		for _, e := range s.Elems {
+			if err := chainRef("map "+name, e.Verdict); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -90,7 +90,7 @@ type ownedElem struct {
 	verdict Verdict
 }
 
-func jump(c string) Stmt { return Do{Verdict{Kind: VerdictJump, Chain: c}} }
+func jump(c string) Stmt  { return Do{Verdict{Kind: VerdictJump, Chain: c}} }
 func gotoC(c string) Stmt { return Do{Verdict{Kind: VerdictGoto, Chain: c}} }
 
 // base adds the fixed part of the layout: hooks, dispatch maps, masquerade and reject.

@@ -143,7 +143,9 @@ func NotReady() func(*discovery.Endpoint) {
 }
 
 // OnNode sets the endpoint's node name.
-func OnNode(n string) func(*discovery.Endpoint) { return func(e *discovery.Endpoint) { e.NodeName = &n } }
+func OnNode(n string) func(*discovery.Endpoint) {
+	return func(e *discovery.Endpoint) { e.NodeName = &n }
+}
 
 // InZone sets the endpoint's zone.
 func InZone(z string) func(*discovery.Endpoint) { return func(e *discovery.Endpoint) { e.Zone = &z } }

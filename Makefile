@@ -1,0 +1,57 @@
+# edgegate: `make demo` runs the gateway on its embedded default in a lab of network
+# namespaces; `make test` runs every test tier. Both install what they need.
+
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+GOFLAGS   := -trimpath -buildvcs=false
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+FUZZTIME  ?= 15s
+# Pure packages: no kernel, run with the race detector.
+PURE      := ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
+             ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/...
+
+.PHONY: all build demo test test-unit test-netns fuzz vet deps deps-test clean
+
+all: build
+
+build: $(BIN)/edgegate $(BIN)/labhost
+
+# Always rebuilt: go's own cache makes that cheap and never stale.
+.PHONY: $(BIN)/edgegate $(BIN)/labhost
+$(BIN)/edgegate:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $@ ./daemon
+
+$(BIN)/labhost:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -o $@ ./lab/cmd/labhost
+
+# Debian packages the demo and the kernel tests use: iproute2 (ip netns), nftables (nft list
+# ruleset, to read back what edgegate wrote), curl (the demo's client).
+deps:
+	@hack/deps.sh iproute2:ip nftables:nft curl:curl
+
+demo: deps build
+	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) bash lab/demo.sh
+
+test: deps vet test-unit fuzz test-netns
+	@echo "make test: every tier passed"
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l daemon lab); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+
+test-unit:
+	$(GO) test -race -count=1 $(PURE)
+
+# Short coverage-guided runs of every fuzz target (their seed corpora also run in test-unit).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
+
+# Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
+test-netns: build
+	@hack/require-root.sh
+	EDGEGATE_BIN=$(abspath $(BIN)/edgegate) $(GO) test -count=1 -timeout 20m ./daemon/kernel/... ./daemon/proxy/... ./lab/...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the daemon's configuration. Flags use kube-proxy's spelling where the meaning is
+// the same; --config reads the same fields from a YAML file (camelCase keys), and flags given
+// on the command line win over the file.
+type Config struct {
+	ProxyMode          string   `json:"proxyMode"`
+	HostnameOverride   string   `json:"hostnameOverride"`
+	NodeIPs            []string `json:"nodeIPs"`
+	Zone               string   `json:"zone"`
+	HealthzBindAddress string   `json:"healthzBindAddress"`
+	MetricsBindAddress string   `json:"metricsBindAddress"`
+	NodePortAddresses  []string `json:"nodePortAddresses"`
+	ClusterCIDRs       []string `json:"clusterCIDR"`
+	MasqueradeAll      bool     `json:"masqueradeAll"`
+	MasqueradeBit      int      `json:"masqueradeBit"`
+	Manifests          string   `json:"manifests"`
+	SyncPeriod         Duration `json:"syncPeriod"`
+	MinSyncPeriod      Duration `json:"minSyncPeriod"`
+	FullSyncPeriod     Duration `json:"fullSyncPeriod"`
+	LogLevel           string   `json:"logLevel"`
+
+	Cleanup bool `json:"-"`
+}
+
+// Duration reads "30s"-style durations from YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	v, err := time.ParseDuration(strings.Trim(string(b), `"`))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+func defaults() Config {
+	return Config{
+		ProxyMode:          "nftables",
+		HealthzBindAddress: "0.0.0.0:10256",
+		MetricsBindAddress: "127.0.0.1:10249",
+		MasqueradeBit:      14,
+		SyncPeriod:         Duration{30 * time.Second},
+		MinSyncPeriod:      Duration{time.Second},
+		FullSyncPeriod:     Duration{5 * time.Minute},
+		LogLevel:           "info",
+	}
+}
+
+type listFlag struct{ v *[]string }
+
+func (l listFlag) String() string {
+	if l.v == nil {
+		return ""
+	}
+	return strings.Join(*l.v, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	*l.v = nil
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l.v = append(*l.v, p)
+		}
+	}
+	return nil
+}
+
+type durationFlag struct{ d *Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	f.d.Duration = v
+	return err
+}
+
+// parseConfig reads defaults, then --config, then the other flags.
+func parseConfig(args []string) (Config, error) {
+	c := defaults()
+	fs := flag.NewFlagSet("edgegate", flag.ContinueOnError)
+	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
+	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables")
+	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
+	fs.Var(listFlag{&c.NodeIPs}, "node-ip", "this node's IP addresses, comma-separated (one per family)")
+	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
+	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address:port of /healthz and /livez; empty disables")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address:port of /metrics; empty disables")
+	fs.Var(listFlag{&c.NodePortAddresses}, "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")
+	fs.Var(listFlag{&c.ClusterCIDRs}, "cluster-cidr", "pod CIDRs, comma-separated; ClusterIP traffic from outside them is masqueraded")
+	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to ClusterIPs")
+	fs.IntVar(&c.MasqueradeBit, "masquerade-bit", c.MasqueradeBit, "fwmark bit (0-31) that flags traffic for masquerade")
+	fs.StringVar(&c.Manifests, "manifests", c.Manifests, "standalone mode: directory of Service/EndpointSlice YAML or JSON, followed for changes; default: the embedded demo")
+	fs.Var(durationFlag{&c.SyncPeriod}, "sync-period", "longest time between syncs")
+	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "shortest time between syncs (changes in between are batched)")
+	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule edgegate programmed, then exit")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *configFile != "" {
+		fromFile := defaults()
+		b, err := os.ReadFile(*configFile)
+		if err != nil {
+			return c, fmt.Errorf("--config: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
+			return c, fmt.Errorf("--config %s: %w", *configFile, err)
+		}
+		// Re-apply the flags that were given on the command line over the file.
+		cleanup := c.Cleanup
+		c = fromFile
+		c.Cleanup = cleanup
+		var reErr error
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "config" && reErr == nil {
+				reErr = fs.Set(f.Name, f.Value.String())
+			}
+		})
+		_ = reErr
+	}
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.ProxyMode != "nftables" {
+		errs = append(errs, fmt.Errorf("--proxy-mode: %q is not supported by this build (supported: nftables)", c.ProxyMode))
+	}
+	for _, ip := range c.NodeIPs {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			errs = append(errs, fmt.Errorf("--node-ip: %w", err))
+		}
+	}
+	for _, p := range c.NodePortAddresses {
+		if _, err := netip.ParsePrefix(p); err != nil && p != "primary" {
+			errs = append(errs, fmt.Errorf("--nodeport-addresses: %w", err))
+		}
+	}
+	for _, p := range c.ClusterCIDRs {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
+		}
+	}
+	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
+		errs = append(errs, fmt.Errorf("--masquerade-bit: %d is not in 0-31", c.MasqueradeBit))
+	}
+	if c.MinSyncPeriod.Duration < 0 || c.SyncPeriod.Duration <= 0 || c.FullSyncPeriod.Duration <= 0 {
+		errs = append(errs, errors.New("--sync-period and --full-sync-period must be positive, --min-sync-period not negative"))
+	}
+	return errors.Join(errs...)
+}

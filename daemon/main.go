@@ -1,0 +1,186 @@
+// Command edgegate is the edge gateway's whole userland: a Kubernetes Service proxy that
+// programs the gateway's kernel from a cluster or, standalone, from a directory of manifests.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgegate/edgegate/daemon/healthcheck"
+	"github.com/edgegate/edgegate/daemon/healthz"
+	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
+	"github.com/edgegate/edgegate/daemon/kernel/nft"
+	"github.com/edgegate/edgegate/daemon/metrics"
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/proxy"
+	"github.com/edgegate/edgegate/daemon/runner"
+	"github.com/edgegate/edgegate/daemon/source/manifests"
+)
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "edgegate:", err)
+		os.Exit(2)
+	}
+	log := newLogger(cfg.LogLevel)
+	if cfg.Cleanup {
+		if err := nft.New().Cleanup(); err != nil {
+			log.Error("cleanup failed", "err", err)
+			os.Exit(1)
+		}
+		log.Info("removed every rule edgegate programmed")
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("edgegate stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// planConfig turns the daemon's configuration into the planner's.
+func planConfig(cfg Config) (plan.Config, error) {
+	pc := plan.Config{NodeName: cfg.HostnameOverride, Zone: cfg.Zone, MasqueradeAll: cfg.MasqueradeAll, MasqueradeBit: uint(cfg.MasqueradeBit)}
+	if pc.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return pc, fmt.Errorf("hostname: %w", err)
+		}
+		pc.NodeName = strings.ToLower(h)
+	}
+	var nodeIPs []netip.Addr
+	for _, s := range cfg.NodeIPs {
+		nodeIPs = append(nodeIPs, netip.MustParseAddr(s))
+	}
+	for _, s := range cfg.NodePortAddresses {
+		if s == "primary" {
+			for _, a := range nodeIPs {
+				pc.NodePortAddresses = append(pc.NodePortAddresses, netip.PrefixFrom(a, a.BitLen()))
+			}
+			continue
+		}
+		pc.NodePortAddresses = append(pc.NodePortAddresses, netip.MustParsePrefix(s).Masked())
+	}
+	for _, s := range cfg.ClusterCIDRs {
+		pc.ClusterCIDRs = append(pc.ClusterCIDRs, netip.MustParsePrefix(s).Masked())
+	}
+	return pc, nil
+}
+
+func run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	pc, err := planConfig(cfg)
+	if err != nil {
+		return err
+	}
+	m := metrics.New()
+	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
+	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"))
+	hc.UseProxyHealth(health)
+	defer hc.Close()
+	tracker := model.NewTracker()
+	p := &proxy.Proxier{
+		Tracker: tracker, Rules: nft.New(), Conntrack: &conntrack.Kernel{}, Metrics: m, Health: health,
+		HealthCheck: hc, Log: log.With("component", "proxy"), Config: pc,
+		Families: []model.Family{model.IPv4, model.IPv6}, FullSyncPeriod: cfg.FullSyncPeriod.Duration, Now: time.Now,
+	}
+	var r *runner.Runner
+	r = runner.New("sync", func() {
+		if err := p.Sync(); err != nil {
+			log.Error("sync failed; the previous rules stay in place", "err", err)
+			r.Retry()
+		}
+	}, cfg.MinSyncPeriod.Duration, time.Second, cfg.SyncPeriod.Duration, runner.RealClock())
+	changed := func() {
+		p.Queued()
+		r.Trigger()
+	}
+	log.Info("starting", "mode", cfg.ProxyMode, "node", pc.NodeName, "manifests", cfg.Manifests)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	start := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	if cfg.HealthzBindAddress != "" {
+		start("healthz", func() error { return health.Serve(ctx, cfg.HealthzBindAddress, log.With("component", "healthz")) })
+	}
+	if cfg.MetricsBindAddress != "" {
+		start("metrics", func() error { return serveMetrics(ctx, cfg.MetricsBindAddress, m) })
+	}
+	if cfg.Manifests != "" {
+		dir := manifests.NewDir(cfg.Manifests, log.With("component", "manifests"))
+		start("manifests", func() error {
+			return dir.Run(ctx, tracker, func() {
+				m.SetManifestProblems(len(dir.Problems()))
+				changed()
+			})
+		})
+	} else {
+		services, slices, problems := manifests.NewLoader(manifests.Default()).Load()
+		for _, pr := range problems {
+			log.Error("embedded manifests", "problem", pr)
+		}
+		log.Info("standalone mode on the embedded demo manifests", "services", len(services), "endpointslices", len(slices))
+		tracker.Replace(services, slices)
+		changed()
+	}
+	health.Updated(time.Now())
+	start("sync", func() error { r.Run(ctx); return nil })
+
+	select {
+	case <-ctx.Done():
+		health.SetDraining(true)
+		log.Info("stopping; programmed rules stay in place (edgegate --cleanup removes them)")
+		wg.Wait()
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
