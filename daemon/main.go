@@ -114,7 +114,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			log.Error("sync failed; the previous rules stay in place", "err", err)
 			r.Retry()
 		}
-	}, cfg.MinSyncPeriod.Duration, time.Second, cfg.SyncPeriod.Duration, runner.RealClock())
+	}, cfg.MinSyncPeriod.Duration, time.Second, min(cfg.SyncPeriod.Duration, cfg.FullSyncPeriod.Duration), runner.RealClock())
 	changed := func() {
 		p.Queued()
 		r.Trigger()

@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -37,9 +38,13 @@ type Proxier struct {
 	FullSyncPeriod time.Duration
 	Now            func() time.Time
 
-	mu          sync.Mutex
-	lastFull    time.Time
-	synced      bool
+	mu       sync.Mutex
+	lastFull time.Time
+	synced   bool
+	// needFull and pending carry a failed sync over to the next one: the tracker has
+	// already handed its changes out, so they are kept here until they are programmed.
+	needFull    bool
+	pending     map[model.ServicePortName]struct{}
 	lastTrigger map[model.ServicePortName]int64
 	conflicts   []string
 }
@@ -59,7 +64,14 @@ func (p *Proxier) Sync() error {
 	snap, changes := p.Tracker.Snapshot()
 	p.Metrics.ServiceChanges(changes.Services)
 	p.Metrics.EndpointChanges(changes.Endpoints)
-	full := !p.synced || start.Sub(p.lastFull) >= p.FullSyncPeriod
+	if p.pending == nil {
+		p.pending = map[model.ServicePortName]struct{}{}
+	}
+	for n := range changes.Ports {
+		p.pending[n] = struct{}{}
+	}
+	changes.Ports = p.pending
+	full := !p.synced || p.needFull || start.Sub(p.lastFull) >= p.FullSyncPeriod
 	if changes.Empty() && !full {
 		p.Health.Updated(start)
 		return nil
@@ -81,10 +93,11 @@ func (p *Proxier) Sync() error {
 	st, err := p.Rules.Apply(tables, full)
 	if err != nil {
 		p.Metrics.SyncFailed(ModeNFTables)
-		// The tracker has already folded these changes into the snapshot; the backend
-		// makes the next apply full, so nothing is lost by retrying with a newer one.
+		p.needFull = true
 		return fmt.Errorf("sync: %w", err)
 	}
+	p.needFull = false
+	p.pending = nil
 	end := p.Now()
 	if st.Full {
 		p.lastFull = start
@@ -96,7 +109,11 @@ func (p *Proxier) Sync() error {
 	p.observeProgramming(snap, changes, end)
 	p.cleanConntrack(snap, changes, st.Full)
 	p.syncHealthChecks(snap)
-	p.Log.Debug("synced", "full", st.Full, "changed", len(changes.Ports), "chains", st.Chains,
+	level := slog.LevelDebug
+	if st.Full {
+		level = slog.LevelInfo
+	}
+	p.Log.Log(context.Background(), level, "rules programmed", "full", st.Full, "changed", len(changes.Ports), "chains", st.Chains,
 		"elements", st.Elements, "deleted", st.Deleted, "took", end.Sub(start))
 	return nil
 }

@@ -1,0 +1,73 @@
+package nft
+
+import (
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// Fake is an in-memory Ruleset for tests of the layers above the kernel: it keeps what was
+// applied and dumps it as text; FailNext makes the next Apply fail like a refused batch.
+type Fake struct {
+	mu       sync.Mutex
+	tables   map[model.Family]*plan.Table
+	dirty    bool
+	Applies  []Stats
+	FailNext error
+}
+
+var _ Ruleset = (*Fake)(nil)
+
+// NewFake returns an empty Fake.
+func NewFake() *Fake { return &Fake{tables: map[model.Family]*plan.Table{}, dirty: true} }
+
+// Apply implements Ruleset. Like the kernel backend, a failure leaves the previous tables and
+// makes the next apply full.
+func (f *Fake) Apply(tables []*plan.Table, full bool) (Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := Stats{Full: full || f.dirty}
+	if err := f.FailNext; err != nil {
+		f.FailNext = nil
+		f.dirty = true
+		return st, err
+	}
+	for _, t := range tables {
+		if err := t.Validate(); err != nil {
+			f.dirty = true
+			return st, errors.New("invalid plan: " + err.Error())
+		}
+	}
+	for _, t := range tables {
+		f.tables[t.Family] = t
+		st.Chains += len(t.Chains)
+	}
+	f.dirty = false
+	f.Applies = append(f.Applies, st)
+	return st, nil
+}
+
+// Cleanup implements Ruleset.
+func (f *Fake) Cleanup() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tables = map[model.Family]*plan.Table{}
+	f.dirty = true
+	return nil
+}
+
+// Dump returns the applied tables, IPv4 first, in plan.Table.Dump's form.
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, fam := range []model.Family{model.IPv4, model.IPv6} {
+		if t, ok := f.tables[fam]; ok {
+			b.WriteString(t.Dump())
+		}
+	}
+	return b.String()
+}
