@@ -43,6 +43,13 @@ func validService() *v1.Service {
 	}
 }
 
+// singleClusterIP gives the Service only the one cluster IP ip, with no family settings.
+func singleClusterIP(ip string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = ip, nil, nil, nil
+	}
+}
+
 func errorStrings(errs field.ErrorList) []string {
 	var out []string
 	for _, e := range errs {
@@ -86,19 +93,19 @@ func TestValidateService(t *testing.T) {
 		}, nil},
 		{"headless with addresses", func(s *v1.Service) { s.Spec.ClusterIP = "None" },
 			[]string{`spec.clusterIPs: Invalid value: ["10.96.0.10","fd00:96::10"]: must be empty or [None] for a headless service`}},
-		{"cluster IP unparsable", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = "10.96.0.256", nil, nil, nil },
+		{"cluster IP unparsable", singleClusterIP("10.96.0.256"),
 			[]string{`spec.clusterIP: Invalid value: "10.96.0.256": must be a valid IP address (e.g. 10.9.8.7 or 2001:db8::ffff)`}},
-		{"cluster IP with leading zero", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = "10.96.0.010", nil, nil, nil },
+		{"cluster IP with leading zero", singleClusterIP("10.96.0.010"),
 			[]string{`spec.clusterIP: Invalid value: "10.96.0.010": must be a valid IP address (e.g. 10.9.8.7 or 2001:db8::ffff)`}},
 		{"cluster IP with zone", func(s *v1.Service) { s.Spec.ClusterIPs[1] = "fd00:96::10%eth0" },
 			[]string{`spec.clusterIPs[1]: Invalid value: "fd00:96::10%eth0": must be a valid IP address (e.g. 10.9.8.7 or 2001:db8::ffff)`,
 				`spec.ipFamilyPolicy: Invalid value: "RequireDualStack": needs one cluster IP of each family in spec.clusterIPs`}},
-		{"cluster IP mapped", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = "::ffff:10.96.0.10", nil, nil, nil },
+		{"cluster IP mapped", singleClusterIP("::ffff:10.96.0.10"),
 			[]string{`spec.clusterIP: Invalid value: "::ffff:10.96.0.10": must not be an IPv4-mapped IPv6 address`}},
 		{"cluster IP loopback", func(s *v1.Service) { s.Spec.ClusterIPs[1] = "::1" },
 			[]string{`spec.clusterIPs[1]: Invalid value: "::1": may not be in the loopback range (127.0.0.0/8 or ::1/128)`,
 				`spec.ipFamilyPolicy: Invalid value: "RequireDualStack": needs one cluster IP of each family in spec.clusterIPs`}},
-		{"cluster IP unspecified", func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = "0.0.0.0", nil, nil, nil },
+		{"cluster IP unspecified", singleClusterIP("0.0.0.0"),
 			[]string{`spec.clusterIP: Invalid value: "0.0.0.0": may not be unspecified (0.0.0.0 or ::)`}},
 		{"clusterIPs first differs", func(s *v1.Service) { s.Spec.ClusterIPs[0] = "10.96.0.11" },
 			[]string{`spec.clusterIPs[0]: Invalid value: "10.96.0.11": must equal spec.clusterIP`}},

@@ -161,6 +161,34 @@ func ZoneHints(zones ...string) func(*discovery.Endpoint) {
 	}
 }
 
+// NodeHints sets the endpoint's forNodes hints.
+func NodeHints(nodes ...string) func(*discovery.Endpoint) {
+	return func(e *discovery.Endpoint) {
+		if e.Hints == nil {
+			e.Hints = &discovery.EndpointHints{}
+		}
+		for _, n := range nodes {
+			e.Hints.ForNodes = append(e.Hints.ForNodes, discovery.ForNode{Name: n})
+		}
+	}
+}
+
+// ExternalName makes the service an ExternalName service (no cluster IP, DNS only).
+func ExternalName(host string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeExternalName
+		s.Spec.ExternalName = host
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "", nil
+	}
+}
+
+// Headless makes the service headless (clusterIP None).
+func Headless() func(*v1.Service) {
+	return func(s *v1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = v1.ClusterIPNone, []string{v1.ClusterIPNone}
+	}
+}
+
 // Snapshot builds a Snapshot from objects through a Tracker.
 func Snapshot(objs ...any) *model.Snapshot {
 	t := model.NewTracker()
