@@ -1,0 +1,179 @@
+package lab
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// HealthzURL is where the daemon's /healthz answers, seen from inside the gateway.
+const HealthzURL = "http://127.0.0.1:10256/healthz"
+
+// healthyWithin bounds the wait for the first programmed sync after start.
+const healthyWithin = 10 * time.Second
+
+var built struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Main runs a test binary's tests and then removes the daemon binary DaemonBinary built for
+// them. Test packages that start the daemon call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// DaemonBinary returns the edgegate binary to test: $EDGEGATE_BIN when set, else ./daemon
+// of this module built once per test binary.
+func DaemonBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("EDGEGATE_BIN"); p != "" {
+		return p
+	}
+	built.once.Do(func() {
+		built.path, built.err = buildDaemon()
+	})
+	if built.err != nil {
+		t.Fatalf("build edgegate: %v", built.err)
+	}
+	return built.path
+}
+
+func buildDaemon() (string, error) {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if built.dir, err = os.MkdirTemp("", "edgegate-lab-"); err != nil {
+		return "", fmt.Errorf("temp dir: %w", err)
+	}
+	path := filepath.Join(built.dir, "edgegate")
+	cmd := exec.Command("go", "build", "-o", path, "./daemon")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./daemon in %s: %w\n%s", root, err, out)
+	}
+	return path, nil
+}
+
+// Daemon is an edgegate process running in the lab's gateway namespace.
+type Daemon struct {
+	PID     int
+	cmd     *exec.Cmd
+	logDone chan struct{}
+	exited  chan struct{}
+	waitErr error
+	stopped bool
+}
+
+// StartDaemon starts edgegate with args inside the gateway namespace, copies its log into
+// the test log, waits until /healthz answers 200 and registers Stop with t.Cleanup.
+func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
+	t.Helper()
+	bin := DaemonBinary(t)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", l.Gateway.NS, bin}, args...)...)
+	// If the test binary dies (a test timeout), the daemon must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logs, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatalf("start edgegate: %v", err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start edgegate: %v", err)
+	}
+	// ip netns exec execs the command in place, so this is the daemon's own PID.
+	d := &Daemon{PID: cmd.Process.Pid, cmd: cmd, logDone: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(d.logDone)
+		sc := bufio.NewScanner(logs)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			t.Logf("edgegate: %s", sc.Text())
+		}
+	}()
+	go func() {
+		<-d.logDone // Wait closes the pipe, so the log must be read to its end first
+		d.waitErr = cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(func() { d.Stop(t) })
+	t.Logf("started edgegate (pid %d): %s %s", d.PID, bin, strings.Join(args, " "))
+	d.waitHealthy(t, l)
+	return d
+}
+
+func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
+	t.Helper()
+	deadline := time.Now().Add(healthyWithin)
+	last := "no answer yet"
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			t.Fatalf("edgegate exited before it was healthy: %v", d.waitErr)
+		default:
+		}
+		code, body, err := l.Gateway.Fetch(HealthzURL)
+		if err == nil && code == 200 {
+			return
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("edgegate not healthy within %v: %s", healthyWithin, last)
+}
+
+// Exited reports whether the daemon has exited, and how.
+func (d *Daemon) Exited() (bool, error) {
+	select {
+	case <-d.exited:
+		return true, d.waitErr
+	default:
+		return false, nil
+	}
+}
+
+// Stop ends the daemon: SIGTERM, then SIGKILL after 5s. A daemon that had already exited
+// on its own is an error: nothing in a test asks it to. Stop is idempotent.
+func (d *Daemon) Stop(t testing.TB) {
+	t.Helper()
+	if d.stopped {
+		return
+	}
+	d.stopped = true
+	if gone, err := d.Exited(); gone {
+		t.Errorf("edgegate (pid %d) exited on its own during the test: %v", d.PID, err)
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(5 * time.Second):
+		t.Errorf("edgegate (pid %d) ignored SIGTERM for 5s; killing it", d.PID)
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+	}
+	if d.waitErr != nil {
+		t.Logf("edgegate (pid %d) stopped: %v", d.PID, d.waitErr)
+	} else {
+		t.Logf("edgegate (pid %d) stopped cleanly", d.PID)
+	}
+}

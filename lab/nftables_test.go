@@ -1,0 +1,28 @@
+package lab
+
+import "testing"
+
+// TestTrafficMatrixNftables runs every scenario against one daemon in nftables mode.
+func TestTrafficMatrixNftables(t *testing.T) { RunMatrix(t, "nftables") }
+
+// TestEmbeddedDefaultNftables starts the daemon the way the demo does, without --manifests,
+// and checks the embedded default services that the demo shows.
+func TestEmbeddedDefaultNftables(t *testing.T) {
+	l := New(t, Options{Prefix: "egd"})
+	l.StartDaemon(t, "--proxy-mode=nftables", "--hostname-override", GatewayNodeName,
+		"--node-ip", NodeIPv4.String()+","+NodeIPv6.String())
+	for _, addr := range []string{"10.96.0.10:80", "[fd00:96::10]:80", "10.200.1.1:30080", "203.0.113.10:80", "[2001:db8:113::10]:80"} {
+		byBackend, _ := tally(t, l.Client, addr, 12)
+		if len(byBackend) < 2 {
+			t.Errorf("default/web at %s: 12 connections reached only %s", addr, describe(byBackend))
+		}
+	}
+	flow, err := l.Client.OpenUDP(40054, "10.96.0.53:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flow.Close()
+	if r := flow.Ask(); r.Outcome != Answered {
+		t.Errorf("default/dns 10.96.0.53:53: %v", r)
+	}
+}

@@ -1,0 +1,347 @@
+package lab
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// Scenarios returns the traffic matrix. Addresses used (each scenario owns its own):
+//
+//	ClusterIPs 10.96.10.1-13, fd00:96::10:9; node ports 30102-30109, health check 30205;
+//	LoadBalancer IPs 203.0.113.103-109, 2001:db8:113::109.
+//
+// Endpoints are on nodes worker-N, never on the gateway itself (--hostname-override).
+func Scenarios() []Scenario {
+	return []Scenario{
+		rulesetListing(),
+		clusterIPSpread(),
+		nodePortOnNodeIP(),
+		loadBalancerSourceRanges(),
+		sessionAffinity(),
+		externalLocalDrops(),
+		externalClusterMasquerades(),
+		noEndpointsRejected(),
+		onlyTerminatingServe(),
+		dualStack(),
+		udpFlowMovesOnEndpointRemoval(),
+		fullResyncRepairsRules(),
+		incrementalChangeKeepsConnections(),
+	}
+}
+
+func rulesetListing() Scenario {
+	return Scenario{
+		Name: "ruleset-listing",
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			out, err := l.Run(l.Gateway, "nft", "list", "ruleset")
+			if err != nil {
+				t.Fatalf("nft list ruleset in the gateway: %v", err)
+			}
+			for _, s := range g.traits.ruleset {
+				if !strings.Contains(out, s) {
+					t.Errorf("nft list ruleset lacks %q:\n%s", s, out)
+				}
+			}
+		},
+	}
+}
+
+func clusterIPSpread() Scenario {
+	svc := service("spread", []string{"10.96.10.1"})
+	return Scenario{
+		Name:      "clusterip-spreads-over-all-endpoints",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			byBackend, bySource := tally(t, l.Client, "10.96.10.1:80", 60)
+			t.Logf("60 connections: %s", describe(byBackend))
+			for _, b := range l.Backends {
+				if byBackend[b.Name] == 0 {
+					t.Errorf("%s got none of 60 connections: %s", b.Name, describe(byBackend))
+				}
+			}
+			// Without --cluster-cidr or --masquerade-all, ClusterIP traffic keeps its source.
+			onlySource(t, "ClusterIP", bySource, l.Client.IPv4.String())
+		},
+	}
+}
+
+func nodePortOnNodeIP() Scenario {
+	svc := service("nodeport", []string{"10.96.10.2"}, nodePort(30102))
+	return Scenario{
+		Name:      "nodeport-on-node-ip",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			byBackend, _ := tally(t, l.Client, "10.200.1.1:30102", 30)
+			if len(byBackend) < 2 {
+				t.Errorf("30 NodePort connections reached only %s", describe(byBackend))
+			}
+			tally(t, l.Client2, "10.200.1.1:30102", 3)
+		},
+	}
+}
+
+func loadBalancerSourceRanges() Scenario {
+	svc := service("lb-ranges", []string{"10.96.10.3"},
+		loadBalancer(30103, "203.0.113.103"), sourceRanges("10.200.1.0/24"))
+	return Scenario{
+		Name:      "loadbalancer-source-ranges",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			tally(t, l.Client, "203.0.113.103:80", 5)
+			r := expectOutcome(t, l.Client2, "203.0.113.103:80", TimedOut)
+			t.Logf("client-2 (outside the source ranges) -> LB IP: %v", r)
+			// The ranges guard the LoadBalancer IP only, not the ClusterIP.
+			tally(t, l.Client2, "10.96.10.3:80", 3)
+		},
+	}
+}
+
+func sessionAffinity() Scenario {
+	svc := service("affinity", []string{"10.96.10.4"}, clientIPAffinity(300))
+	return Scenario{
+		Name:      "session-affinity-clientip",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			byBackend, _ := tally(t, l.Client, "10.96.10.4:80", 20)
+			if len(byBackend) != 1 {
+				t.Errorf("20 connections from one client went to %s; want one backend", describe(byBackend))
+			}
+		},
+	}
+}
+
+// healthCheckAnswer is kube-proxy's health check node port JSON.
+type healthCheckAnswer struct {
+	Service struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"service"`
+	LocalEndpoints *int `json:"localEndpoints"`
+}
+
+func externalLocalDrops() Scenario {
+	svc := service("etp-local", []string{"10.96.10.5"},
+		loadBalancer(30105, "203.0.113.105"), externalLocal(30205))
+	return Scenario{
+		Name:      "external-traffic-policy-local",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			// The gateway has no local endpoint: external traffic is dropped, not rejected,
+			// so load balancers steer away by health check instead.
+			expectOutcome(t, l.Client, "10.200.1.1:30105", TimedOut)
+			expectOutcome(t, l.Client, "203.0.113.105:80", TimedOut)
+			tally(t, l.Client, "10.96.10.5:80", 3)
+
+			code, body, err := l.Client.Fetch("http://10.200.1.1:30205/")
+			if err != nil {
+				t.Fatalf("health check node port: %v", err)
+			}
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("health check node port: status %d, want 503; body %s", code, body)
+			}
+			var a healthCheckAnswer
+			if err := json.Unmarshal([]byte(body), &a); err != nil {
+				t.Fatalf("health check node port body %q: %v", body, err)
+			}
+			if a.Service.Namespace != matrixNamespace || a.Service.Name != "etp-local" || a.LocalEndpoints == nil || *a.LocalEndpoints != 0 {
+				t.Errorf("health check node port body %s; want service matrix/etp-local with localEndpoints 0", body)
+			}
+		},
+	}
+}
+
+func externalClusterMasquerades() Scenario {
+	svc := service("masquerade", []string{"10.96.10.6"}, loadBalancer(30106, "203.0.113.106"))
+	return Scenario{
+		Name:      "external-traffic-policy-cluster-masquerades",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			_, bySource := tally(t, l.Client, "10.200.1.1:30106", 5)
+			onlySource(t, "NodePort", bySource, BridgeIPv4.String())
+			_, bySource = tally(t, l.Client, "203.0.113.106:80", 5)
+			onlySource(t, "LoadBalancer IP", bySource, BridgeIPv4.String())
+		},
+	}
+}
+
+func noEndpointsRejected() Scenario {
+	svc := service("no-endpoints", []string{"10.96.10.7"}, nodePort(30107))
+	return Scenario{
+		Name:      "no-endpoints-rejected",
+		Manifests: manifests(svc),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			for _, addr := range []string{"10.96.10.7:80", "10.200.1.1:30107"} {
+				r := expectOutcome(t, l.Client, addr, Refused)
+				if r.Took > 500*time.Millisecond {
+					t.Errorf("%s refused only after %v; a reject must be immediate", addr, r.Took)
+				}
+			}
+		},
+	}
+}
+
+func onlyTerminatingServe() Scenario {
+	svc := service("terminating", []string{"10.96.10.8"})
+	eps := []endpoint{
+		{backend: 2, ready: false, serving: true, terminating: true, node: "worker-2"},
+		{backend: 3, ready: false, serving: false, terminating: true, node: "worker-3"},
+	}
+	return Scenario{
+		Name:      "only-terminating-endpoints-serve",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, eps)),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			byBackend, _ := tally(t, l.Client, "10.96.10.8:80", 10)
+			if byBackend["backend-2"] != 10 {
+				t.Errorf("want all 10 answers from the serving terminating backend-2 (backend-3 is not serving): %s", describe(byBackend))
+			}
+		},
+	}
+}
+
+func dualStack() Scenario {
+	svc := service("dual", []string{"fd00:96::10:9", "10.96.10.9"},
+		loadBalancer(30109, "2001:db8:113::109", "203.0.113.109"))
+	return Scenario{
+		Name: "ipv6-and-dual-stack",
+		Manifests: manifests(svc,
+			slice(svc, discovery.AddressTypeIPv6, ready(1, 2, 3)),
+			slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			byBackend, bySource := tally(t, l.Client, "[fd00:96::10:9]:80", 30)
+			if len(byBackend) < 2 {
+				t.Errorf("30 IPv6 ClusterIP connections reached only %s", describe(byBackend))
+			}
+			onlySource(t, "IPv6 ClusterIP", bySource, l.Client.IPv6.String())
+			_, bySource = tally(t, l.Client, "[2001:db8:113::109]:80", 5)
+			onlySource(t, "IPv6 LoadBalancer IP", bySource, BridgeIPv6.String())
+			_, bySource = tally(t, l.Client, "[fd00:200:1::1]:30109", 5)
+			onlySource(t, "IPv6 NodePort", bySource, BridgeIPv6.String())
+			tally(t, l.Client, "10.96.10.9:80", 5)
+			tally(t, l.Client, "203.0.113.109:80", 5)
+		},
+	}
+}
+
+func udpFlowMovesOnEndpointRemoval() Scenario {
+	svc := service("udp", []string{"10.96.10.10"}, udpPort(53))
+	const name = "udp-flow-moves-when-its-endpoint-goes"
+	return Scenario{
+		Name:      name,
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			flow, err := l.Client.OpenUDP(40053, "10.96.10.10:53")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer flow.Close()
+			first := flow.Ask()
+			if first.Outcome != Answered {
+				t.Fatalf("udp 10.96.10.10:53 from %v: %v", flow.LocalAddr(), first)
+			}
+			hit := first.Reply.Backend
+			// One conntrack entry carries the flow: it stays on its endpoint.
+			for range 5 {
+				if r := flow.Ask(); r.Outcome != Answered || r.Reply.Backend != hit {
+					t.Fatalf("udp flow left %s while nothing changed: %v", hit, r)
+				}
+			}
+			var rest []int
+			for i, b := range l.Backends {
+				if b.Name != hit {
+					rest = append(rest, i+1)
+				}
+			}
+			t.Logf("flow %v is on %s; removing it from the EndpointSlice", flow.LocalAddr(), hit)
+			g.Manifests.Write(t, name, manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(rest...))))
+			// The backend process is still alive: only a flushed conntrack entry moves the flow.
+			eventually(t, 10*time.Second, "udp flow moves off the removed endpoint "+hit, func() (bool, string) {
+				r := flow.Ask()
+				return r.Outcome == Answered && r.Reply.Backend != hit, r.String()
+			})
+			for range 3 {
+				if r := flow.Ask(); r.Outcome != Answered || r.Reply.Backend == hit {
+					t.Errorf("after the move: %v", r)
+				}
+			}
+		},
+	}
+}
+
+func fullResyncRepairsRules() Scenario {
+	svc := service("resync", []string{"10.96.10.11"})
+	return Scenario{
+		Name:      "full-resync-repairs-deleted-rules",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			tally(t, l.Client, "10.96.10.11:80", 3)
+			// The periodic full sync may repair the rules between breaking and probing;
+			// break them again then, a few times at most.
+			broken := false
+			for attempt := 1; attempt <= 3 && !broken; attempt++ {
+				g.BreakRules(t, l)
+				r := l.Client.Probe("10.96.10.11:80")
+				t.Logf("attempt %d: rules broken by hand, probe: %v", attempt, r)
+				broken = r.Outcome != Answered
+			}
+			if !broken {
+				t.Fatalf("traffic still answered after the rules were deleted three times")
+			}
+			start := time.Now()
+			eventually(t, 5*time.Second, "full resync restores the deleted rules", func() (bool, string) {
+				r := l.Client.Probe("10.96.10.11:80")
+				return r.Outcome == Answered, r.String()
+			})
+			t.Logf("repaired after %v", time.Since(start).Round(10*time.Millisecond))
+		},
+	}
+}
+
+func incrementalChangeKeepsConnections() Scenario {
+	steady := service("steady", []string{"10.96.10.12"})
+	added := service("added", []string{"10.96.10.13"})
+	const extra = "incremental-extra"
+	return Scenario{
+		Name:      "incremental-change-keeps-established-connection",
+		Manifests: manifests(steady, slice(steady, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			conn, err := l.Client.OpenHTTP("10.96.10.12:80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			first, err := conn.Ask()
+			if err != nil {
+				t.Fatalf("first request on the held connection: %v", err)
+			}
+			if r := l.Client.Probe("10.96.10.13:80"); r.Outcome == Answered {
+				t.Fatalf("10.96.10.13 answers before its service exists: %v", r)
+			}
+			g.Manifests.Write(t, extra, manifests(added, slice(added, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+			t.Cleanup(func() { g.Manifests.Remove(t, extra) })
+
+			use := func(when string) {
+				t.Helper()
+				r, err := conn.Ask()
+				if err != nil {
+					t.Fatalf("held connection %s: %v", when, err)
+				}
+				if r.Backend != first.Backend {
+					t.Fatalf("held connection moved from %s to %s %s", first.Backend, r.Backend, when)
+				}
+			}
+			eventually(t, 10*time.Second, "the added service answers", func() (bool, string) {
+				use("while the change is applied")
+				r := l.Client.Probe("10.96.10.13:80")
+				return r.Outcome == Answered, r.String()
+			})
+			for range 3 {
+				use("after the change")
+			}
+		},
+	}
+}
