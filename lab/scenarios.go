@@ -175,11 +175,9 @@ func noEndpointsRejected() Scenario {
 		Name:      "no-endpoints-rejected",
 		Manifests: manifests(svc),
 		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			// Refused means a TCP reset came back: a black hole would time out instead.
 			for _, addr := range []string{"10.96.10.7:80", "10.200.1.1:30107"} {
-				r := expectOutcome(t, l.Client, addr, Refused)
-				if r.Took > 500*time.Millisecond {
-					t.Errorf("%s refused only after %v; a reject must be immediate", addr, r.Took)
-				}
+				expectOutcome(t, l.Client, addr, Refused)
 			}
 		},
 	}

@@ -170,16 +170,11 @@ func endpointsFor(portName string, proto Protocol, eps []*discovery.EndpointSlic
 
 func endpointOf(e discovery.Endpoint, a netip.Addr, port uint16) Endpoint {
 	// The API says a nil ready or serving condition means true, nil terminating means false.
-	ready := e.Conditions.Ready == nil || *e.Conditions.Ready
-	serving := ready
-	if e.Conditions.Serving != nil {
-		serving = *e.Conditions.Serving
-	}
 	ep := Endpoint{
 		Addr:        a,
 		Port:        port,
-		Ready:       ready,
-		Serving:     serving,
+		Ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
+		Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
 		Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
 	}
 	if e.NodeName != nil {

@@ -20,7 +20,9 @@ type UDPFrontends struct {
 // UDP computes the UDP frontends of one family.
 func UDP(snap *model.Snapshot, f model.Family, cfg Config) UDPFrontends {
 	u := UDPFrontends{byAddr: map[netip.AddrPort]map[netip.AddrPort]bool{}, byNodePort: map[uint16]map[netip.AddrPort]bool{}}
-	for _, sp := range snap.Ports {
+	// Sorted, first claim kept: the frontend belongs to the service the nft plan gives it
+	// to (see Table.elem), not to whichever a map iteration visits last.
+	for _, sp := range snap.Sorted() {
 		if sp.Name.Protocol != model.UDP {
 			continue
 		}
@@ -33,9 +35,11 @@ func UDP(snap *model.Snapshot, f model.Family, cfg Config) UDPFrontends {
 			eps[netip.AddrPortFrom(e.Addr, e.Port)] = true
 		}
 		for _, a := range append(append([]netip.Addr{p.ClusterIP}, p.ExternalIPs...), p.LBIPs...) {
-			u.byAddr[netip.AddrPortFrom(a, sp.Port)] = eps
+			if k := netip.AddrPortFrom(a, sp.Port); u.byAddr[k] == nil {
+				u.byAddr[k] = eps
+			}
 		}
-		if sp.NodePort != 0 {
+		if sp.NodePort != 0 && u.byNodePort[sp.NodePort] == nil {
 			u.byNodePort[sp.NodePort] = eps
 		}
 	}

@@ -33,7 +33,8 @@ const (
 )
 
 // Priorities of the base chains: filter checks run just before DNAT (dstnat = -100) so they
-// see the original destination; nat hooks at the standard dstnat/srcnat priorities.
+// see the original destination, or just after it for the node's own traffic; nat hooks at
+// the standard dstnat/srcnat priorities.
 const (
 	prioFilterPreDNAT = -110
 	prioDstNAT        = -100
@@ -81,8 +82,25 @@ func (t *Table) elem(set string, k Key, v Verdict, owner model.ServicePortName) 
 		}
 		return
 	}
+	for _, sib := range siblingMaps[set] {
+		if prev, ok := t.owners[sib][k]; ok && prev.owner != owner {
+			t.Conflicts = append(t.Conflicts, fmt.Sprintf("%s and %s both claim %s in %s; %s keeps it",
+				prev.owner, owner, k.format(s.Key), sib, prev.owner))
+			return
+		}
+	}
 	t.owners[set][k] = ownedElem{owner: owner, verdict: v}
 	s.Elems = append(s.Elems, Elem{Key: k, Verdict: v})
+}
+
+// siblingMaps share a key space: a destination that one service port forwards must not be
+// refused or filtered for another, or the service that sorts first would not keep it.
+var siblingMaps = map[string][]string{
+	MapServiceIPs:        {MapNoEndpointSvcs, MapFirewallIPs},
+	MapNoEndpointSvcs:    {MapServiceIPs, MapFirewallIPs},
+	MapFirewallIPs:       {MapServiceIPs, MapNoEndpointSvcs},
+	MapServiceNodePorts:  {MapNoEndpointNodePts},
+	MapNoEndpointNodePts: {MapServiceNodePorts},
 }
 
 type ownedElem struct {
@@ -103,18 +121,23 @@ func (t *Table) base(cfg Config) {
 	t.set(MapNoEndpointNodePts, KeyProtoPort, true)
 	t.set(MapFirewallIPs, KeyAddrProtoPort, true)
 
+	// Traffic from outside meets the no-endpoint verdicts before routing, while its
+	// destination is still the service address: a gateway need not have a route to a
+	// ClusterIP or LoadBalancer IP for its REJECT to answer at once.
 	t.chain("filter-prerouting", &Hook{"filter", "prerouting", prioFilterPreDNAT},
-		Rule{CtStateNew{}, jump(ChainFirewallCheck)})
-	t.chain("filter-input", &Hook{"filter", "input", prioFilterPreDNAT},
-		Rule{CtStateNew{}, jump(ChainNPEndpointsChk)},
-		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)})
+		Rule{CtStateNew{}, jump(ChainFirewallCheck)},
+		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)},
+		Rule{CtStateNew{}, jump(ChainNPEndpointsChk)})
 	t.chain("filter-forward", &Hook{"filter", "forward", prioFilterPreDNAT},
-		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)},
 		Rule{CtStateNew{}, jump(ChainClusterIPsCheck)})
+	// The node's own traffic meets the no-endpoint verdicts after DNAT: traffic to a Local
+	// service that was short-circuited to a cluster endpoint must not be dropped for
+	// lacking a local one (kube-proxy #131765).
 	t.chain("filter-output", &Hook{"filter", "output", prioFilterPreDNAT},
-		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)},
 		Rule{CtStateNew{}, jump(ChainFirewallCheck)})
 	t.chain("filter-output-post-dnat", &Hook{"filter", "output", prioPostDNAT},
+		Rule{CtStateNew{}, jump(ChainSvcEndpointsChk)},
+		Rule{CtStateNew{}, jump(ChainNPEndpointsChk)},
 		Rule{CtStateNew{}, jump(ChainClusterIPsCheck)})
 	t.chain("nat-prerouting", &Hook{"nat", "prerouting", prioDstNAT}, Rule{jump(ChainServices)})
 	t.chain("nat-output", &Hook{"nat", "output", prioDstNAT}, Rule{jump(ChainServices)})
@@ -216,7 +239,11 @@ func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 		return
 	}
 
-	if p.External == Forward {
+	// The external chain exists whenever the service has endpoints somewhere, even when
+	// external traffic is dropped (eTP Local, none local): the node's own traffic still
+	// short-circuits through it to the cluster endpoints.
+	captured := p.External != Reject
+	if captured {
 		ext := t.chain(extChain, nil)
 		if p.UsesClusterForExternal {
 			ext.Rules = append(ext.Rules, Rule{jump(ChainMarkMasq)}, Rule{gotoC(svcChain)})
@@ -228,23 +255,27 @@ func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 					Rule{MatchFibLocal{Source: true}, jump(ChainMarkMasq)},
 					Rule{MatchFibLocal{Source: true}, gotoC(svcChain)})
 			}
-			ext.Rules = append(ext.Rules, Rule{gotoC(localChain)})
+			if p.External == Forward {
+				ext.Rules = append(ext.Rules, Rule{gotoC(localChain)})
+			}
 		}
 	}
 	extVerdict := Verdict{Kind: VerdictGoto, Chain: extChain}
 	for _, a := range append(append([]netip.Addr(nil), p.ExternalIPs...), p.LBIPs...) {
 		k := Key{Addr: a, Proto: proto, Port: sp.Port}
-		if p.External == Forward {
+		if captured {
 			t.elem(MapServiceIPs, k, extVerdict, sp.Name)
-		} else {
+		}
+		if p.External != Forward {
 			t.elem(MapNoEndpointSvcs, k, verdictFor(p.External), sp.Name)
 		}
 	}
 	if sp.NodePort != 0 {
 		k := Key{Proto: proto, Port: sp.NodePort}
-		if p.External == Forward {
+		if captured {
 			t.elem(MapServiceNodePorts, k, extVerdict, sp.Name)
-		} else {
+		}
+		if p.External != Forward {
 			t.elem(MapNoEndpointNodePts, k, verdictFor(p.External), sp.Name)
 		}
 	}

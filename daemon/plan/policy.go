@@ -72,7 +72,7 @@ type PortPolicy struct {
 	HasAnyEndpoints bool
 }
 
-// External reports whether the port is reachable from outside in this family.
+// IsExternal reports whether the port is reachable from outside in this family.
 func (p *PortPolicy) IsExternal() bool {
 	return p.SP.NodePort != 0 || len(p.ExternalIPs) > 0 || len(p.LBIPs) > 0
 }
@@ -102,7 +102,9 @@ func Policy(sp *model.ServicePort, f model.Family, cfg Config) (PortPolicy, bool
 		}
 	}
 	external := p.IsExternal()
-	usesCluster := !sp.InternalLocal || (external && !sp.ExternalLocal)
+	// External traffic needs the cluster endpoints even under eTP Local: traffic from the
+	// node itself short-circuits to them (kube-proxy's UsesClusterEndpoints).
+	usesCluster := !sp.InternalLocal || external
 	usesLocal := sp.InternalLocal || (external && sp.ExternalLocal)
 	p.Cluster, p.Local, p.Reachable, p.HasAnyEndpoints = categorize(eps, usesCluster, usesLocal, sp, cfg)
 
@@ -111,7 +113,8 @@ func Policy(sp *model.ServicePort, f model.Family, cfg Config) (PortPolicy, bool
 	p.MasqueradeCluster = cfg.MasqueradeAll || len(familyPrefixes(cfg.ClusterCIDRs, f)) > 0
 
 	switch {
-	case len(p.Reachable) == 0:
+	case !p.HasAnyEndpoints:
+		// Endpoints on other nodes only make a Local policy drop, not reject.
 		p.Internal, p.External = Reject, Reject
 	default:
 		p.Internal = forwardOrDrop(p.UsesLocalForInternal, p.Local, p.Cluster)
