@@ -33,6 +33,7 @@ type Config struct {
 	LogLevel           string   `json:"logLevel"`
 
 	Cleanup bool `json:"-"`
+	Version bool `json:"-"`
 }
 
 // Duration reads "30s"-style durations from YAML.
@@ -116,6 +117,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule edgegate programmed, then exit")
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -132,9 +134,9 @@ func parseConfig(args []string) (Config, error) {
 			return c, fmt.Errorf("--config %s: %w", *configFile, err)
 		}
 		// Re-apply the flags that were given on the command line over the file.
-		cleanup := c.Cleanup
+		cleanup, version := c.Cleanup, c.Version
 		c = fromFile
-		c.Cleanup = cleanup
+		c.Cleanup, c.Version = cleanup, version
 		var reErr error
 		fs.Visit(func(f *flag.Flag) {
 			if f.Name != "config" && reErr == nil {

@@ -29,6 +29,9 @@ import (
 	"github.com/edgegate/edgegate/daemon/source/manifests"
 )
 
+// version is set at build time (-ldflags -X main.version=...).
+var version = "dev"
+
 func main() {
 	cfg, err := parseConfig(os.Args[1:])
 	if err != nil {
@@ -37,6 +40,10 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "edgegate:", err)
 		os.Exit(2)
+	}
+	if cfg.Version {
+		fmt.Println("edgegate", version)
+		return
 	}
 	log := newLogger(cfg.LogLevel)
 	if cfg.Cleanup {
@@ -119,7 +126,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		p.Queued()
 		r.Trigger()
 	}
-	log.Info("starting", "mode", cfg.ProxyMode, "node", pc.NodeName, "manifests", cfg.Manifests)
+	log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "manifests", cfg.Manifests)
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)

@@ -78,6 +78,25 @@ type Daemon struct {
 	exited  chan struct{}
 	waitErr error
 	stopped bool
+
+	mu   sync.Mutex
+	logs []string
+}
+
+// LogLine returns the first log line that contains every one of the given texts.
+func (d *Daemon) LogLine(texts ...string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, l := range d.logs {
+		all := true
+		for _, s := range texts {
+			all = all && strings.Contains(l, s)
+		}
+		if all {
+			return l, true
+		}
+	}
+	return "", false
 }
 
 // StartDaemon starts edgegate with args inside the gateway namespace, copies its log into
@@ -103,6 +122,9 @@ func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 		sc := bufio.NewScanner(logs)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
+			d.mu.Lock()
+			d.logs = append(d.logs, sc.Text())
+			d.mu.Unlock()
 			t.Logf("edgegate: %s", sc.Text())
 		}
 	}()

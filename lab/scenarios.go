@@ -31,6 +31,7 @@ func Scenarios() []Scenario {
 		udpFlowMovesOnEndpointRemoval(),
 		fullResyncRepairsRules(),
 		incrementalChangeKeepsConnections(),
+		brokenManifestsKeepServing(),
 	}
 }
 
