@@ -72,7 +72,11 @@ type ServicePortName struct {
 	Protocol Protocol
 }
 
+// String is kube-proxy's spelling: ns/name:port, or ns/name for an unnamed port.
 func (n ServicePortName) String() string {
+	if n.Port == "" {
+		return n.Namespace + "/" + n.Name
+	}
 	return fmt.Sprintf("%s/%s:%s", n.Namespace, n.Name, n.Port)
 }
 

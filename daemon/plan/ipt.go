@@ -1,0 +1,261 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// IPTables is the iptables plan of one family: edgegate's chains in the nat and filter
+// tables and the jumps it adds to their built-in chains. The kernel/ipt backend writes it
+// through netlink in iptables-nft's encoding; Dump prints it as iptables-save does, so a
+// golden file, `iptables-nft-save` and this plan can be compared line by line.
+type IPTables struct {
+	Family model.Family
+	Tables []*IptTable // "filter" then "nat", as iptables-save prints them
+}
+
+// IptTable is one iptables table.
+type IptTable struct {
+	Name string
+	// Builtin holds, per built-in chain (PREROUTING, INPUT, ...), the rules edgegate puts
+	// there: they jump to edgegate's chains and are recognised by their comment.
+	Builtin map[string][]IptRule
+	// Chains are edgegate's own chains, in the order they are declared.
+	Chains []*IptChain
+}
+
+// IptChain is a user-defined chain.
+type IptChain struct {
+	Name  string
+	Rules []IptRule
+}
+
+// IptRule is one rule: the ipt_entry fields first (addresses, protocol), then matches in
+// order, then the target — the order iptables-save prints them in.
+type IptRule struct {
+	Src, Dst       netip.Prefix // invalid = any
+	SrcNot, DstNot bool
+	Proto          uint8 // 0 = any
+	Matches        []IptMatch
+	Target         IptTarget
+}
+
+// IptMatch is a -m match.
+type IptMatch interface{ save() string }
+
+// IptTarget is a -j target.
+type IptTarget interface{ save() string }
+
+type (
+	// Comment is -m comment --comment.
+	Comment struct{ Text string }
+	// DPort is -m tcp/udp/sctp --dport; with Port 0 it is the bare protocol match kube-proxy
+	// puts before a DNAT.
+	DPort struct {
+		Proto uint8
+		Port  uint16
+	}
+	// AddrType is -m addrtype --src-type/--dst-type LOCAL.
+	AddrType struct {
+		Source bool
+		Not    bool
+	}
+	// CtState is -m conntrack --ctstate.
+	CtState struct{ States []string }
+	// MarkMatch is -m mark [!] --mark value/mask.
+	MarkMatch struct {
+		Not         bool
+		Value, Mask uint32
+	}
+	// Statistic is -m statistic --mode random --probability.
+	Statistic struct{ Probability float64 }
+	// Recent is -m recent for ClientIP affinity: --set records the source, --rcheck with
+	// --seconds and --reap tests it.
+	Recent struct {
+		Name    string
+		Set     bool
+		Seconds uint32
+	}
+)
+
+type (
+	// JumpTo is -j CHAIN.
+	JumpTo struct{ Chain string }
+	// Standard is -j ACCEPT, DROP or RETURN.
+	Standard struct{ Verdict string }
+	// RejectTarget is -j REJECT --reject-with.
+	RejectTarget struct{ With string }
+	// DNATTarget is -j DNAT --to-destination.
+	DNATTarget struct{ To netip.AddrPort }
+	// MasqueradeTarget is -j MASQUERADE --random-fully.
+	MasqueradeTarget struct{}
+	// MarkTarget is -j MARK --or-mark or --xor-mark.
+	MarkTarget struct {
+		Xor  bool
+		Mark uint32
+	}
+)
+
+func (c Comment) save() string { return fmt.Sprintf("-m comment --comment %s", quoteComment(c.Text)) }
+func (d DPort) save() string {
+	if d.Port == 0 {
+		return "-m " + protoName(d.Proto)
+	}
+	return fmt.Sprintf("-m %s --dport %d", protoName(d.Proto), d.Port)
+}
+func (a AddrType) save() string {
+	dir := "--dst-type"
+	if a.Source {
+		dir = "--src-type"
+	}
+	not := ""
+	if a.Not {
+		not = "! "
+	}
+	return fmt.Sprintf("-m addrtype %s%s LOCAL", not, dir)
+}
+func (c CtState) save() string { return "-m conntrack --ctstate " + strings.Join(c.States, ",") }
+func (m MarkMatch) save() string {
+	not := ""
+	if m.Not {
+		not = "! "
+	}
+	return fmt.Sprintf("-m mark %s--mark 0x%x/0x%x", not, m.Value, m.Mask)
+}
+func (s Statistic) save() string {
+	return fmt.Sprintf("-m statistic --mode random --probability %.11f", StatisticProbability(s.Probability))
+}
+func (r Recent) save() string {
+	if r.Set {
+		return fmt.Sprintf("-m recent --set --name %s --mask 255.255.255.255 --rsource", r.Name)
+	}
+	return fmt.Sprintf("-m recent --rcheck --seconds %d --reap --name %s --mask 255.255.255.255 --rsource", r.Seconds, r.Name)
+}
+
+func (j JumpTo) save() string       { return "-j " + j.Chain }
+func (s Standard) save() string     { return "-j " + s.Verdict }
+func (r RejectTarget) save() string { return "-j REJECT --reject-with " + r.With }
+func (d DNATTarget) save() string {
+	return "-j DNAT --to-destination " + d.To.String()
+}
+func (MasqueradeTarget) save() string { return "-j MASQUERADE --random-fully" }
+func (m MarkTarget) save() string {
+	if m.Xor {
+		return fmt.Sprintf("-j MARK --xor-mark 0x%x", m.Mark)
+	}
+	return fmt.Sprintf("-j MARK --or-mark 0x%x", m.Mark)
+}
+
+// StatisticProbability is the probability the kernel really uses for p: xt_statistic keeps
+// it as a fraction of 2^31, and iptables-save prints that fraction.
+func StatisticProbability(p float64) float64 {
+	return float64(StatisticFraction(p)) / 0x80000000
+}
+
+// StatisticFraction is p as the 32-bit value xt_statistic_info holds.
+func StatisticFraction(p float64) uint32 { return uint32(math.Round(0x80000000 * p)) }
+
+// quoteComment quotes like iptables-save: always in double quotes, with quotes escaped.
+func quoteComment(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}
+
+// Save renders a rule as iptables-save prints it, after "-A CHAIN ".
+func (r IptRule) Save(f model.Family) string {
+	var parts []string
+	hostBits := 32
+	if f == model.IPv6 {
+		hostBits = 128
+	}
+	addr := func(not bool, flag string, p netip.Prefix) {
+		if !p.IsValid() {
+			return
+		}
+		s := p.String()
+		if p.Bits() == hostBits {
+			s = p.Addr().String() + fmt.Sprintf("/%d", hostBits)
+		}
+		if not {
+			parts = append(parts, "!")
+		}
+		parts = append(parts, flag, s)
+	}
+	addr(r.SrcNot, "-s", r.Src)
+	addr(r.DstNot, "-d", r.Dst)
+	if r.Proto != 0 {
+		parts = append(parts, "-p", protoName(r.Proto))
+	}
+	for _, m := range r.Matches {
+		parts = append(parts, m.save())
+	}
+	if r.Target != nil {
+		parts = append(parts, r.Target.save())
+	}
+	return strings.Join(parts, " ")
+}
+
+// Dump renders the plan in iptables-save's format: per table, edgegate's chain
+// declarations, the rules it adds to built-in chains, then its own chains' rules.
+func (p *IPTables) Dump() string {
+	var b strings.Builder
+	for _, t := range p.Tables {
+		fmt.Fprintf(&b, "*%s\n", t.Name)
+		for _, c := range t.Chains {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
+		}
+		for _, hook := range builtinOrder(t) {
+			for _, r := range t.Builtin[hook] {
+				fmt.Fprintf(&b, "-A %s %s\n", hook, r.Save(p.Family))
+			}
+		}
+		for _, c := range t.Chains {
+			for _, r := range c.Rules {
+				fmt.Fprintf(&b, "-A %s %s\n", c.Name, r.Save(p.Family))
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.String()
+}
+
+// BuiltinChains lists the built-in chains of a table in the kernel's hook order.
+func BuiltinChains(table string) []string {
+	if table == "nat" {
+		return []string{"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"}
+	}
+	return []string{"INPUT", "FORWARD", "OUTPUT"}
+}
+
+func builtinOrder(t *IptTable) []string {
+	var out []string
+	for _, c := range BuiltinChains(t.Name) {
+		if len(t.Builtin[c]) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Chain returns a table's chain by name, or nil.
+func (t *IptTable) Chain(name string) *IptChain {
+	for _, c := range t.Chains {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Table returns the plan's table by name, or nil.
+func (p *IPTables) Table(name string) *IptTable {
+	for _, t := range p.Tables {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}

@@ -1,0 +1,337 @@
+package plan
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// IptPrefix starts every chain edgegate owns in iptables mode. iptables chain names hold 28
+// characters, so kube-proxy's "KUBE-" becomes "EG-" and leaves room for the hashes.
+const IptPrefix = "EG-"
+
+// Fixed chains of the iptables layout: kube-proxy's, under edgegate's prefix.
+const (
+	IptServices         = IptPrefix + "SERVICES"
+	IptExternalServices = IptPrefix + "EXTERNAL-SERVICES"
+	IptNodePorts        = IptPrefix + "NODEPORTS"
+	IptPostrouting      = IptPrefix + "POSTROUTING"
+	IptMarkMasq         = IptPrefix + "MARK-MASQ"
+	IptForward          = IptPrefix + "FORWARD"
+	IptProxyFirewall    = IptPrefix + "PROXY-FIREWALL"
+)
+
+// IptHookComments are the comments of the rules edgegate adds to built-in chains; the
+// backend finds its own rules there by them.
+const (
+	commentPortals   = "edgegate service portals"
+	commentExternal  = "edgegate externally-visible service portals"
+	commentFirewall  = "edgegate load balancer firewall"
+	commentHealth    = "edgegate health check service ports"
+	commentForward   = "edgegate forwarding rules"
+	commentPostroute = "edgegate postrouting rules"
+)
+
+// IptHookComments lists every comment edgegate marks its built-in-chain rules with.
+var IptHookComments = []string{commentPortals, commentExternal, commentFirewall, commentHealth, commentForward, commentPostroute}
+
+func iptHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(h[:])[:16]
+}
+
+func iptPortChain(kind string, n model.ServicePortName) string {
+	return IptPrefix + kind + "-" + iptHash(n.String()+string(n.Protocol))
+}
+
+func iptEndpointChain(n model.ServicePortName, e model.Endpoint) string {
+	return IptPrefix + "SEP-" + iptHash(n.String()+string(n.Protocol)+e.String())
+}
+
+type iptBuilder struct {
+	f      model.Family
+	cfg    Config
+	mark   uint32
+	nat    *IptTable
+	filter *IptTable
+}
+
+func (b *iptBuilder) chain(t *IptTable, name string) *IptChain {
+	c := &IptChain{Name: name}
+	t.Chains = append(t.Chains, c)
+	return c
+}
+
+func (c *IptChain) add(r IptRule) { c.Rules = append(c.Rules, r) }
+
+func host(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
+
+func newState() IptMatch { return CtState{States: []string{"NEW"}} }
+
+// IPT builds the iptables plan of one family from a Snapshot.
+func IPT(snap *model.Snapshot, f model.Family, cfg Config) *IPTables {
+	b := &iptBuilder{f: f, cfg: cfg, mark: cfg.MasqueradeMark(),
+		nat:    &IptTable{Name: "nat", Builtin: map[string][]IptRule{}},
+		filter: &IptTable{Name: "filter", Builtin: map[string][]IptRule{}}}
+	b.base()
+	services, nodePorts := b.nat.Chain(IptServices), b.nat.Chain(IptNodePorts)
+	for _, sp := range snap.Sorted() {
+		if p, ok := Policy(sp, f, cfg); ok {
+			b.servicePort(&p, services, nodePorts)
+		}
+	}
+	// Node ports come last: the destination of a node port is a local address, which any
+	// earlier, more specific service rule must win over.
+	for _, r := range b.nodePortJumps() {
+		services.add(r)
+	}
+	return &IPTables{Family: f, Tables: []*IptTable{b.filter, b.nat}}
+}
+
+func (b *iptBuilder) base() {
+	jump := func(comment, chain string, matches ...IptMatch) IptRule {
+		return IptRule{Matches: append(matches, Comment{comment}), Target: JumpTo{chain}}
+	}
+	b.filter.Builtin["INPUT"] = []IptRule{
+		jump(commentFirewall, IptProxyFirewall, newState()),
+		jump(commentHealth, IptNodePorts),
+		jump(commentExternal, IptExternalServices, newState()),
+	}
+	b.filter.Builtin["FORWARD"] = []IptRule{
+		jump(commentFirewall, IptProxyFirewall, newState()),
+		jump(commentForward, IptForward),
+		jump(commentPortals, IptServices, newState()),
+		jump(commentExternal, IptExternalServices, newState()),
+	}
+	b.filter.Builtin["OUTPUT"] = []IptRule{
+		jump(commentFirewall, IptProxyFirewall, newState()),
+		jump(commentPortals, IptServices, newState()),
+	}
+	b.nat.Builtin["PREROUTING"] = []IptRule{jump(commentPortals, IptServices)}
+	b.nat.Builtin["OUTPUT"] = []IptRule{jump(commentPortals, IptServices)}
+	b.nat.Builtin["POSTROUTING"] = []IptRule{jump(commentPostroute, IptPostrouting)}
+
+	for _, name := range []string{IptNodePorts, IptServices, IptExternalServices, IptForward, IptProxyFirewall} {
+		b.chain(b.filter, name)
+	}
+	fwd := b.filter.Chain(IptForward)
+	fwd.add(IptRule{Matches: []IptMatch{Comment{commentForward}, MarkMatch{Value: b.mark, Mask: b.mark}}, Target: Standard{"ACCEPT"}})
+	fwd.add(IptRule{Matches: []IptMatch{Comment{"edgegate forwarding conntrack rule"}, CtState{States: []string{"RELATED", "ESTABLISHED"}}},
+		Target: Standard{"ACCEPT"}})
+
+	for _, name := range []string{IptServices, IptNodePorts, IptPostrouting, IptMarkMasq} {
+		b.chain(b.nat, name)
+	}
+	b.nat.Chain(IptMarkMasq).add(IptRule{Target: MarkTarget{Mark: b.mark}})
+	post := b.nat.Chain(IptPostrouting)
+	post.add(IptRule{Matches: []IptMatch{MarkMatch{Not: true, Value: b.mark, Mask: b.mark}}, Target: Standard{"RETURN"}})
+	post.add(IptRule{Target: MarkTarget{Xor: true, Mark: b.mark}})
+	post.add(IptRule{Matches: []IptMatch{Comment{"edgegate service traffic requiring SNAT"}}, Target: MasqueradeTarget{}})
+}
+
+// nodePortJumps sends local destinations to the node-port chain: every local address but
+// loopback, or only those inside --nodeport-addresses.
+func (b *iptBuilder) nodePortJumps() []IptRule {
+	comment := Comment{"edgegate service nodeports; NOTE: this must be the last rule in this chain"}
+	prefixes := familyPrefixes(b.cfg.NodePortAddresses, b.f)
+	if len(prefixes) == 0 {
+		lo := netip.MustParsePrefix("127.0.0.0/8")
+		if b.f == model.IPv6 {
+			lo = netip.MustParsePrefix("::1/128")
+		}
+		return []IptRule{{Dst: lo, DstNot: true, Matches: []IptMatch{comment, AddrType{}}, Target: JumpTo{IptNodePorts}}}
+	}
+	var out []IptRule
+	for _, p := range prefixes {
+		out = append(out, IptRule{Dst: p, Matches: []IptMatch{comment, AddrType{}}, Target: JumpTo{IptNodePorts}})
+	}
+	return out
+}
+
+func rejectWith(f model.Family) IptTarget {
+	if f == model.IPv6 {
+		return RejectTarget{"icmp6-port-unreachable"}
+	}
+	return RejectTarget{"icmp-port-unreachable"}
+}
+
+// filterVerdict is the filter-table target for a frontend that is not forwarded.
+func (b *iptBuilder) filterVerdict(o Outcome) IptTarget {
+	if o == Drop {
+		return Standard{"DROP"}
+	}
+	return rejectWith(b.f)
+}
+
+func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
+	sp := p.SP
+	name := sp.Name.String()
+	proto := sp.Name.Protocol.Number()
+	svc, svl := iptPortChain("SVC", sp.Name), iptPortChain("SVL", sp.Name)
+	ext, fw := iptPortChain("EXT", sp.Name), iptPortChain("FW", sp.Name)
+	frontend := func(dst netip.Addr, comment string, target IptTarget) IptRule {
+		return IptRule{Dst: host(dst), Proto: proto, Matches: []IptMatch{Comment{comment}, DPort{proto, sp.Port}}, Target: target}
+	}
+	filterServices := b.filter.Chain(IptServices)
+	filterExternal := b.filter.Chain(IptExternalServices)
+
+	for _, e := range p.Reachable {
+		b.endpoint(p, e)
+	}
+	internal := svc
+	if p.UsesLocalForInternal {
+		internal = svl
+	}
+	if len(p.Cluster) > 0 {
+		b.dispatch(b.chain(b.nat, svc), p, p.Cluster, internal == svc)
+	}
+	if len(p.Local) > 0 {
+		b.dispatch(b.chain(b.nat, svl), p, p.Local, internal == svl)
+	}
+
+	if p.Internal == Forward {
+		services.add(frontend(p.ClusterIP, name+" cluster IP", JumpTo{internal}))
+	} else {
+		filterServices.add(frontend(p.ClusterIP, name+" has no "+noEndpointsWhat(p.Internal), b.filterVerdict(p.Internal)))
+	}
+	if !p.IsExternal() {
+		return
+	}
+	captured := p.External != Reject
+	if captured {
+		b.external(b.chain(b.nat, ext), p, svc, svl)
+	}
+	for _, a := range p.ExternalIPs {
+		if captured {
+			services.add(frontend(a, name+" external IP", JumpTo{ext}))
+		}
+		if p.External != Forward {
+			filterExternal.add(frontend(a, name+" has no "+noEndpointsWhat(p.External), b.filterVerdict(p.External)))
+		}
+	}
+	firewalled := len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0
+	if firewalled && captured {
+		c := b.chain(b.nat, fw)
+		for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
+			c.add(IptRule{Src: r, Matches: []IptMatch{Comment{name + " loadbalancer IP"}}, Target: JumpTo{ext}})
+		}
+	}
+	for _, a := range p.LBIPs {
+		if captured {
+			target := ext
+			if firewalled {
+				target = fw
+			}
+			services.add(frontend(a, name+" loadbalancer IP", JumpTo{target}))
+		}
+		if firewalled {
+			// What the firewall chain did not pass on was not translated: drop it here.
+			b.filter.Chain(IptProxyFirewall).add(frontend(a, name+" traffic not accepted by "+fw, Standard{"DROP"}))
+		}
+		if p.External != Forward {
+			filterExternal.add(frontend(a, name+" has no "+noEndpointsWhat(p.External), b.filterVerdict(p.External)))
+		}
+	}
+	if sp.NodePort != 0 {
+		np := IptRule{Proto: proto, Matches: []IptMatch{Comment{name}, DPort{proto, sp.NodePort}}}
+		if captured {
+			r := np
+			r.Target = JumpTo{ext}
+			nodePorts.add(r)
+		}
+		if p.External != Forward {
+			r := np
+			r.Matches = []IptMatch{Comment{name + " has no " + noEndpointsWhat(p.External)}, AddrType{}, DPort{proto, sp.NodePort}}
+			r.Target = b.filterVerdict(p.External)
+			filterExternal.add(r)
+		}
+	}
+	if sp.HealthCheckPort != 0 {
+		b.filter.Chain(IptNodePorts).add(IptRule{Proto: 6, Matches: []IptMatch{
+			Comment{fmt.Sprintf("%s health check node port", sp.Name.ServiceName)}, DPort{6, sp.HealthCheckPort}},
+			Target: Standard{"ACCEPT"}})
+	}
+}
+
+func noEndpointsWhat(o Outcome) string {
+	if o == Drop {
+		return "local endpoints"
+	}
+	return "endpoints"
+}
+
+// external fills the EXT chain: masquerade and spread over the cluster (eTP Cluster), or
+// keep outside traffic on local endpoints while the node's own traffic may use any.
+func (b *iptBuilder) external(c *IptChain, p *PortPolicy, svc, svl string) {
+	name := p.SP.Name.String()
+	if p.UsesClusterForExternal {
+		c.add(IptRule{Matches: []IptMatch{Comment{"masquerade traffic for " + name + " external destinations"}}, Target: JumpTo{IptMarkMasq}})
+		c.add(IptRule{Target: JumpTo{svc}})
+		return
+	}
+	if len(p.Cluster) > 0 {
+		for _, cidr := range familyPrefixes(b.cfg.ClusterCIDRs, p.Family) {
+			c.add(IptRule{Src: cidr, Matches: []IptMatch{Comment{"pod traffic for " + name + " external destinations"}}, Target: JumpTo{svc}})
+		}
+		c.add(IptRule{Matches: []IptMatch{Comment{"masquerade LOCAL traffic for " + name + " external destinations"}, AddrType{Source: true}},
+			Target: JumpTo{IptMarkMasq}})
+		c.add(IptRule{Matches: []IptMatch{Comment{"route LOCAL traffic for " + name + " external destinations"}, AddrType{Source: true}},
+			Target: JumpTo{svc}})
+	}
+	if len(p.Local) > 0 {
+		c.add(IptRule{Target: JumpTo{svl}})
+	}
+}
+
+// dispatch fills an SVC or SVL chain: ClusterIP masquerade, affinity, then endpoints chosen
+// with decreasing probabilities 1/n, 1/(n-1), ..., the last one unconditionally.
+func (b *iptBuilder) dispatch(c *IptChain, p *PortPolicy, eps []model.Endpoint, internal bool) {
+	sp := p.SP
+	name := sp.Name.String()
+	proto := sp.Name.Protocol.Number()
+	if internal && p.MasqueradeCluster {
+		r := IptRule{Dst: host(p.ClusterIP), Proto: proto, Matches: []IptMatch{Comment{name + " cluster IP"}, DPort{proto, sp.Port}},
+			Target: JumpTo{IptMarkMasq}}
+		if b.cfg.MasqueradeAll {
+			c.add(r)
+		} else {
+			for _, cidr := range familyPrefixes(b.cfg.ClusterCIDRs, p.Family) {
+				r.Src, r.SrcNot = cidr, true
+				c.add(r)
+			}
+		}
+	}
+	if sp.AffinityTimeout > 0 {
+		for _, e := range eps {
+			sep := iptEndpointChain(sp.Name, e)
+			c.add(IptRule{Matches: []IptMatch{Comment{name + " -> " + e.String()}, Recent{Name: sep, Seconds: sp.AffinityTimeout}},
+				Target: JumpTo{sep}})
+		}
+	}
+	for i, e := range eps {
+		m := []IptMatch{Comment{name + " -> " + e.String()}}
+		if left := len(eps) - i; left > 1 {
+			m = append(m, Statistic{Probability: 1 / float64(left)})
+		}
+		c.add(IptRule{Matches: m, Target: JumpTo{iptEndpointChain(sp.Name, e)}})
+	}
+}
+
+// endpoint adds an SEP chain: hairpin masquerade, affinity record, DNAT.
+func (b *iptBuilder) endpoint(p *PortPolicy, e model.Endpoint) {
+	sp := p.SP
+	name := sp.Name.String()
+	proto := sp.Name.Protocol.Number()
+	sep := iptEndpointChain(sp.Name, e)
+	c := b.chain(b.nat, sep)
+	c.add(IptRule{Src: host(e.Addr), Matches: []IptMatch{Comment{name}}, Target: JumpTo{IptMarkMasq}})
+	m := []IptMatch{Comment{name}}
+	if sp.AffinityTimeout > 0 {
+		m = append(m, Recent{Name: sep, Set: true})
+	}
+	m = append(m, DPort{Proto: proto})
+	c.add(IptRule{Proto: proto, Matches: m, Target: DNATTarget{To: netip.AddrPortFrom(e.Addr, e.Port)}})
+}
