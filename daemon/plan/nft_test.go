@@ -424,7 +424,7 @@ func TestConflictingServices(t *testing.T) {
 				t.Fatalf("no conflicts reported")
 			}
 			for _, msg := range tab.Conflicts {
-				if !strings.Contains(msg, "default/beta") || !strings.Contains(msg, "; default/alpha:") {
+				if !strings.Contains(msg, "default/beta") || !strings.Contains(msg, "; default/alpha") {
 					t.Errorf("conflict does not name beta with alpha keeping the key: %s", msg)
 				}
 			}
