@@ -47,8 +47,15 @@ func main() {
 	}
 	log := newLogger(cfg.LogLevel)
 	if cfg.Cleanup {
-		if err := nft.New().Cleanup(); err != nil {
-			log.Error("cleanup failed", "err", err)
+		failed := false
+		dp, others := dataplanes(cfg.ProxyMode, nil, plan.Config{})
+		for _, d := range append(others, dp) {
+			if err := d.Cleanup(); err != nil {
+				log.Error("cleanup failed", "mode", d.Mode(), "err", err)
+				failed = true
+			}
+		}
+		if failed {
 			os.Exit(1)
 		}
 		log.Info("removed every rule edgegate programmed")
@@ -60,6 +67,24 @@ func main() {
 		log.Error("edgegate stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// dataplanes returns the dataplane of the configured mode and those of the other modes
+// (whose leftovers are removed).
+func dataplanes(mode string, families []model.Family, pc plan.Config) (proxy.Dataplane, []proxy.Dataplane) {
+	all := []proxy.Dataplane{
+		&proxy.NFTables{Rules: nft.New(), Families: families, Config: pc},
+	}
+	var chosen proxy.Dataplane
+	var others []proxy.Dataplane
+	for _, d := range all {
+		if d.Mode() == mode {
+			chosen = d
+		} else {
+			others = append(others, d)
+		}
+	}
+	return chosen, others
 }
 
 func newLogger(level string) *slog.Logger {
@@ -110,10 +135,19 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	hc.UseProxyHealth(health)
 	defer hc.Close()
 	tracker := model.NewTracker()
+	families := []model.Family{model.IPv4, model.IPv6}
+	dp, others := dataplanes(cfg.ProxyMode, families, pc)
+	// Whatever another mode left behind (a restart with a different --proxy-mode) goes first,
+	// so two modes never translate the same traffic.
+	for _, o := range others {
+		if err := o.Cleanup(); err != nil {
+			log.Warn("removing the rules of another proxy mode failed", "mode", o.Mode(), "err", err)
+		}
+	}
 	p := &proxy.Proxier{
-		Tracker: tracker, Rules: nft.New(), Conntrack: &conntrack.Kernel{}, Metrics: m, Health: health,
+		Tracker: tracker, Dataplane: dp, Conntrack: &conntrack.Kernel{}, Metrics: m, Health: health,
 		HealthCheck: hc, Log: log.With("component", "proxy"), Config: pc,
-		Families: []model.Family{model.IPv4, model.IPv6}, FullSyncPeriod: cfg.FullSyncPeriod.Duration, Now: time.Now,
+		Families: families, FullSyncPeriod: cfg.FullSyncPeriod.Duration, Now: time.Now,
 	}
 	var r *runner.Runner
 	r = runner.New("sync", func() {

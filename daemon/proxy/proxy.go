@@ -14,19 +14,21 @@ import (
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
-	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-// Mode names a proxy mode as --proxy-mode spells it.
-const ModeNFTables = "nftables"
+// Proxy modes as --proxy-mode spells them.
+const (
+	ModeNFTables = "nftables"
+	ModeIPTables = "iptables"
+)
 
 // Proxier programs the data plane from a Tracker.
 type Proxier struct {
 	Tracker     *model.Tracker
-	Rules       nft.Ruleset
+	Dataplane   Dataplane
 	Conntrack   conntrack.Cleaner
 	Metrics     *metrics.Metrics
 	Health      *healthz.Server
@@ -77,44 +79,37 @@ func (p *Proxier) Sync() error {
 		return nil
 	}
 
-	tables := make([]*plan.Table, 0, len(p.Families))
-	var conflicts []string
-	for _, f := range p.Families {
-		t := plan.NFT(snap, f, p.Config)
-		conflicts = append(conflicts, t.Conflicts...)
-		tables = append(tables, t)
-	}
-	if !slices.Equal(conflicts, p.conflicts) {
-		for _, c := range conflicts {
+	res, err := p.Dataplane.Program(snap, full)
+	if !slices.Equal(res.Conflicts, p.conflicts) {
+		for _, c := range res.Conflicts {
 			p.Log.Warn("conflicting services", "conflict", c)
 		}
-		p.conflicts = conflicts
+		p.conflicts = res.Conflicts
 	}
-	st, err := p.Rules.Apply(tables, full)
 	if err != nil {
-		p.Metrics.SyncFailed(ModeNFTables)
+		p.Metrics.SyncFailed(p.Dataplane.Mode())
 		p.needFull = true
 		return fmt.Errorf("sync: %w", err)
 	}
 	p.needFull = false
 	p.pending = nil
 	end := p.Now()
-	if st.Full {
+	if res.Full {
 		p.lastFull = start
 	}
 	p.synced = true
-	p.Metrics.ObserveSync(st.Full, end.Sub(start))
+	p.Metrics.ObserveSync(res.Full, end.Sub(start))
 	p.Metrics.Synced(end)
 	p.Health.Updated(end)
 	p.observeProgramming(snap, changes, end)
-	p.cleanConntrack(snap, changes, st.Full)
+	p.cleanConntrack(snap, changes, res.Full)
 	p.syncHealthChecks(snap)
 	level := slog.LevelDebug
-	if st.Full {
+	if res.Full {
 		level = slog.LevelInfo
 	}
-	p.Log.Log(context.Background(), level, "rules programmed", "full", st.Full, "changed", len(changes.Ports), "chains", st.Chains,
-		"elements", st.Elements, "deleted", st.Deleted, "took", end.Sub(start))
+	p.Log.Log(context.Background(), level, "rules programmed", "mode", p.Dataplane.Mode(), "full", res.Full,
+		"changed", len(changes.Ports), "chains", res.Written, "elements", res.Elements, "deleted", res.Deleted, "took", end.Sub(start))
 	return nil
 }
 

@@ -36,11 +36,12 @@ func newFixture() *fixture {
 	f := &fixture{rules: nft.NewFake(), ct: &fakeConntrack{}, now: time.Unix(1_700_000_000, 0)}
 	clock := func() time.Time { return f.now }
 	f.p = &Proxier{
-		Tracker: model.NewTracker(), Rules: f.rules, Conntrack: f.ct, Metrics: metrics.New(),
+		Tracker: model.NewTracker(), Conntrack: f.ct, Metrics: metrics.New(),
 		Health: healthz.New(time.Minute, clock), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Config: plan.Config{NodeName: "gw"}, Families: []model.Family{model.IPv4, model.IPv6},
 		FullSyncPeriod: 10 * time.Minute, Now: clock,
 	}
+	f.p.Dataplane = &NFTables{Rules: f.rules, Families: f.p.Families, Config: f.p.Config}
 	return f
 }
 
