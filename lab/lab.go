@@ -74,11 +74,12 @@ type Lab struct {
 	Client   *Host   // client-1, inside every allowed source range
 	Client2  *Host   // client-2, for loadBalancerSourceRanges that leave it out
 	Backends []*Host // backend-1..3, each answering on BackendTCPPort and BackendUDPPort
+	Upstream *Host   // behind the gateway's default route; forwards nothing
 }
 
 // Hosts returns every host of the lab, gateway first.
 func (l *Lab) Hosts() []*Host {
-	return append([]*Host{l.Gateway, l.Client, l.Client2}, l.Backends...)
+	return append([]*Host{l.Gateway, l.Client, l.Client2, l.Upstream}, l.Backends...)
 }
 
 // Backend returns the backend with the given name, or nil.
@@ -107,9 +108,10 @@ func New(t testing.TB, opts Options) *Lab {
 	base := prefix + "-" + hex.EncodeToString(suffix) + "-"
 
 	l := &Lab{
-		Gateway: &Host{Name: "gateway", NS: base + "gw", IPv4: NodeIPv4, IPv6: NodeIPv6},
-		Client:  &Host{Name: "client-1", NS: base + "c1", IPv4: netip.MustParseAddr("10.200.1.2"), IPv6: netip.MustParseAddr("fd00:200:1::2")},
-		Client2: &Host{Name: "client-2", NS: base + "c2", IPv4: netip.MustParseAddr("10.200.3.2"), IPv6: netip.MustParseAddr("fd00:200:3::2")},
+		Gateway:  &Host{Name: "gateway", NS: base + "gw", IPv4: NodeIPv4, IPv6: NodeIPv6},
+		Client:   &Host{Name: "client-1", NS: base + "c1", IPv4: netip.MustParseAddr("10.200.1.2"), IPv6: netip.MustParseAddr("fd00:200:1::2")},
+		Client2:  &Host{Name: "client-2", NS: base + "c2", IPv4: netip.MustParseAddr("10.200.3.2"), IPv6: netip.MustParseAddr("fd00:200:3::2")},
+		Upstream: &Host{Name: "upstream", NS: base + "up", IPv4: netip.MustParseAddr("10.200.9.2"), IPv6: netip.MustParseAddr("fd00:200:9::2")},
 	}
 	for i := 1; i <= 3; i++ {
 		l.Backends = append(l.Backends, &Host{
@@ -189,8 +191,18 @@ func (l *Lab) wire() error {
 		"net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"); err != nil {
 		return err
 	}
+	// The gateway's uplink: a real gateway has a default route, so traffic to addresses it
+	// does not translate is forwarded (and passes the FORWARD hook, where iptables mode
+	// refuses services without endpoints) instead of failing the route lookup. Upstream is a
+	// namespace that does not forward: what the gateway sends there goes nowhere.
 	gw := []string{
 		"link set lo up",
+		"link add uplink type veth peer name eth0 netns " + l.Upstream.NS,
+		"addr add 10.200.9.1/24 dev uplink",
+		"addr add fd00:200:9::1/64 dev uplink nodad",
+		"link set uplink up",
+		"route add default via " + l.Upstream.IPv4.String(),
+		"route add default via " + l.Upstream.IPv6.String(),
 		"link add br0 type bridge",
 		"addr add 10.200.2.1/24 dev br0",
 		"addr add fd00:200:2::1/64 dev br0 nodad",
@@ -218,6 +230,9 @@ func (l *Lab) wire() error {
 		return err
 	}
 	if err := l.wireLeaf(l.Client2, 24, Client2Router, netip.MustParseAddr("fd00:200:3::1")); err != nil {
+		return err
+	}
+	if err := l.wireLeaf(l.Upstream, 24, netip.MustParseAddr("10.200.9.1"), netip.MustParseAddr("fd00:200:9::1")); err != nil {
 		return err
 	}
 	for _, b := range l.Backends {

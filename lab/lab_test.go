@@ -49,21 +49,21 @@ func TestOutcomes(t *testing.T) {
 		"add chain inet labtest input { type filter hook input priority 0; }\n"+
 		"add rule inet labtest input tcp dport 9999 drop")
 
+	// Outcomes are told apart by what came back, not by how long it took; only a timeout
+	// must have waited the dial timeout out.
 	for _, tc := range []struct {
-		what    string
-		addr    string
-		want    Outcome
-		minTook time.Duration
-		maxTook time.Duration
+		what string
+		addr string
+		want Outcome
 	}{
-		{"closed port on the gateway", "10.200.1.1:9", Refused, 0, 500 * time.Millisecond},
-		{"closed port on the gateway, IPv6", "[fd00:200:1::1]:9", Refused, 0, 500 * time.Millisecond},
-		{"dropped port", "10.200.1.1:9999", TimedOut, DialTimeout - 100*time.Millisecond, DialTimeout + 500*time.Millisecond},
-		{"no route behind the gateway", "10.96.0.10:80", Unreachable, 0, 500 * time.Millisecond},
+		{"closed port on the gateway", "10.200.1.1:9", Refused},
+		{"closed port on the gateway, IPv6", "[fd00:200:1::1]:9", Refused},
+		{"dropped port", "10.200.1.1:9999", TimedOut},
+		{"address behind the uplink, where nothing answers", "10.96.0.10:80", TimedOut},
 	} {
 		r := l.Client.Probe(tc.addr)
-		if r.Outcome != tc.want || r.Took < tc.minTook || r.Took > tc.maxTook {
-			t.Errorf("%s (%s): %v; want %v within [%v, %v]", tc.what, tc.addr, r, tc.want, tc.minTook, tc.maxTook)
+		if r.Outcome != tc.want || tc.want == TimedOut && r.Took < DialTimeout-100*time.Millisecond {
+			t.Errorf("%s (%s): %v; want %v", tc.what, tc.addr, r, tc.want)
 		}
 	}
 
@@ -105,7 +105,7 @@ func TestLabsAreIndependentAndRemoved(t *testing.T) {
 					t.Errorf("probe backend-2: %v", r)
 				}
 				out := l.Exec(t, l.Gateway, "ip", "-br", "link")
-				for _, dev := range []string{"br0", "c1", "c2", "b1", "b2", "b3"} {
+				for _, dev := range []string{"br0", "c1", "c2", "b1", "b2", "b3", "uplink"} {
 					if !strings.Contains(out, dev) {
 						t.Errorf("gateway links lack %s:\n%s", dev, out)
 					}
@@ -113,8 +113,8 @@ func TestLabsAreIndependentAndRemoved(t *testing.T) {
 			})
 		}
 	})
-	if len(names) != 12 {
-		t.Fatalf("got %d namespace names, want 12: %v", len(names), names)
+	if len(names) != 14 {
+		t.Fatalf("got %d namespace names, want 14: %v", len(names), names)
 	}
 	seen := map[string]bool{}
 	for _, n := range names {
