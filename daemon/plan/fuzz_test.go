@@ -16,9 +16,10 @@ import (
 
 // FuzzPlan turns arbitrary bytes into Services and EndpointSlices drawn from a small world
 // (a few addresses, ports, policies and conditions, so that collisions and corner cases
-// are common), plans both families and checks that planning never panics, that every plan
-// Validates, that the tracer can walk it, and, where no two services clash, that traffic to
-// each cluster IP and node port goes where Policy says.
+// are common), plans both families in nftables and iptables mode and checks that planning
+// never panics, that every plan Validates (nftables) or passes checkIPT (iptables), that
+// the tracers can walk them, and, where no two services clash, that traffic to each cluster
+// IP and node port goes where Policy says in both modes.
 //
 // The world: node "gw" (10.200.1.1, fd00:200:1::1); cluster IPs 10.96.0.1-2, fd00:96::1-2;
 // external and LoadBalancer IPs 192.0.2.1-2, 203.0.113.1, 2001:db8::1; endpoints
@@ -56,17 +57,40 @@ func FuzzPlan(f *testing.F) {
 			}
 			_ = tab.Dump()
 			_ = UDP(snap, fam, cfg)
-			checkFlows(t, snap, tab, cfg)
+			// The iptables plan has no conflict report; the clash the nftables plan
+			// reports is the same one.
+			conflicts := len(tab.Conflicts) > 0
+			checkFlows(t, snap, cfg, modePlan{"nftables", fam, conflicts, tab.Dump,
+				func(node string) flowTracer { return newTracer(t, tab, node) }})
+			ipt := IPT(snap, fam, cfg)
+			if err := checkIPT(ipt); err != nil {
+				t.Fatalf("%v iptables plan fails checkIPT: %v\n%s", fam, err, ipt.Dump())
+			}
+			checkFlows(t, snap, cfg, modePlan{"iptables", fam, conflicts, ipt.Dump,
+				func(node string) flowTracer { return newIPTTracer(t, ipt, node) }})
 		}
 	})
 }
 
+// flowTracer is what checkFlows needs of a mode's tracer: every result a packet can have.
+type flowTracer interface{ results(packet) []string }
+
+// modePlan is one mode's plan of one family, as checkFlows sees it.
+type modePlan struct {
+	mode      string
+	family    model.Family
+	conflicts bool // two service ports claim one address or node port
+	dump      func() string
+	// tracer returns a tracer for which node is the node's only address.
+	tracer func(node string) flowTracer
+}
+
 // checkFlows traces the cluster IP and node port of every service port. Without conflicts
 // the outcome must be what Policy decided; with them the plan need only be walkable.
-func checkFlows(t *testing.T, snap *model.Snapshot, tab *Table, cfg Config) {
+func checkFlows(t *testing.T, snap *model.Snapshot, cfg Config, mp modePlan) {
 	t.Helper()
 	clientAddr, nodeAddr := "10.200.1.2", "10.200.1.1"
-	if tab.Family == model.IPv6 {
+	if mp.family == model.IPv6 {
 		clientAddr, nodeAddr = "fd00:200:1::2", "fd00:200:1::1"
 	}
 	// A cluster IP that is also some service's external or LoadBalancer IP on the same
@@ -81,31 +105,31 @@ func checkFlows(t *testing.T, snap *model.Snapshot, tab *Table, cfg Config) {
 		}
 	}
 	for _, sp := range snap.Sorted() {
-		p, ok := Policy(sp, tab.Family, cfg)
+		p, ok := Policy(sp, mp.family, cfg)
 		if !ok {
 			continue
 		}
-		tr := newTracer(t, tab, nodeAddr)
+		tr := mp.tracer(nodeAddr)
 		internal := packet{src: netip.MustParseAddr(clientAddr), dst: p.ClusterIP, proto: sp.Name.Protocol, dport: sp.Port}
 		gotInternal := unmasked(tr.results(internal))
 		fromNode := internal.local()
 		fromNode.src = netip.MustParseAddr(nodeAddr)
 		gotLocal := unmasked(tr.results(fromNode))
-		if len(tab.Conflicts) > 0 || outer[netip.AddrPortFrom(p.ClusterIP, sp.Port)] {
+		if mp.conflicts || outer[netip.AddrPortFrom(p.ClusterIP, sp.Port)] {
 			continue
 		}
 		want := expected(p.Internal, p.UsesLocalForInternal, &p)
 		if !slices.Equal(want, gotInternal) || !slices.Equal(want, gotLocal) {
-			t.Fatalf("%s %v cluster IP: want %v, got %v from outside and %v from the node\n%s",
-				sp.Name, tab.Family, want, gotInternal, gotLocal, tab.Dump())
+			t.Fatalf("%s %s %v cluster IP: want %v, got %v from outside and %v from the node\n%s",
+				mp.mode, sp.Name, mp.family, want, gotInternal, gotLocal, mp.dump())
 		}
-		if sp.NodePort == 0 || !nodePortOpen(cfg, tab.Family, nodeAddr) {
+		if sp.NodePort == 0 || !nodePortOpen(cfg, mp.family, nodeAddr) {
 			continue
 		}
 		np := packet{src: netip.MustParseAddr(clientAddr), dst: netip.MustParseAddr(nodeAddr), proto: sp.Name.Protocol, dport: sp.NodePort}
 		want = expected(p.External, !p.UsesClusterForExternal, &p)
 		if got := unmasked(tr.results(np)); !slices.Equal(want, got) {
-			t.Fatalf("%s %v node port: want %v, got %v\n%s", sp.Name, tab.Family, want, got, tab.Dump())
+			t.Fatalf("%s %s %v node port: want %v, got %v\n%s", mp.mode, sp.Name, mp.family, want, got, mp.dump())
 		}
 		// From the node itself the traffic policy does not apply: any endpoint serves.
 		np.fromNode, np.src = true, np.dst
@@ -113,7 +137,7 @@ func checkFlows(t *testing.T, snap *model.Snapshot, tab *Table, cfg Config) {
 			want = expected(Forward, false, &p)
 		}
 		if got := unmasked(tr.results(np)); !slices.Equal(want, got) {
-			t.Fatalf("%s %v node port from the node: want %v, got %v\n%s", sp.Name, tab.Family, want, got, tab.Dump())
+			t.Fatalf("%s %s %v node port from the node: want %v, got %v\n%s", mp.mode, sp.Name, mp.family, want, got, mp.dump())
 		}
 	}
 }

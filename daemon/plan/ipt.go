@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/edgegate/edgegate/daemon/model"
@@ -45,10 +46,10 @@ type IptRule struct {
 }
 
 // IptMatch is a -m match.
-type IptMatch interface{ save() string }
+type IptMatch interface{ save(f model.Family) string }
 
 // IptTarget is a -j target.
-type IptTarget interface{ save() string }
+type IptTarget interface{ save(f model.Family) string }
 
 type (
 	// Comment is -m comment --comment.
@@ -100,14 +101,16 @@ type (
 	}
 )
 
-func (c Comment) save() string { return fmt.Sprintf("-m comment --comment %s", quoteComment(c.Text)) }
-func (d DPort) save() string {
+func (c Comment) save(model.Family) string {
+	return fmt.Sprintf("-m comment --comment %s", quoteComment(c.Text))
+}
+func (d DPort) save(model.Family) string {
 	if d.Port == 0 {
 		return "-m " + protoName(d.Proto)
 	}
 	return fmt.Sprintf("-m %s --dport %d", protoName(d.Proto), d.Port)
 }
-func (a AddrType) save() string {
+func (a AddrType) save(model.Family) string {
 	dir := "--dst-type"
 	if a.Source {
 		dir = "--src-type"
@@ -118,36 +121,48 @@ func (a AddrType) save() string {
 	}
 	return fmt.Sprintf("-m addrtype %s%s LOCAL", not, dir)
 }
-func (c CtState) save() string { return "-m conntrack --ctstate " + strings.Join(c.States, ",") }
-func (m MarkMatch) save() string {
+func (c CtState) save(model.Family) string {
+	return "-m conntrack --ctstate " + strings.Join(c.States, ",")
+}
+func (m MarkMatch) save(model.Family) string {
 	not := ""
 	if m.Not {
 		not = "! "
 	}
 	return fmt.Sprintf("-m mark %s--mark 0x%x/0x%x", not, m.Value, m.Mask)
 }
-func (s Statistic) save() string {
+func (s Statistic) save(model.Family) string {
 	return fmt.Sprintf("-m statistic --mode random --probability %.11f", StatisticProbability(s.Probability))
 }
-func (r Recent) save() string {
-	if r.Set {
-		return fmt.Sprintf("-m recent --set --name %s --mask 255.255.255.255 --rsource", r.Name)
+
+// save prints the mask the kernel holds, the family's all-ones address (every client address
+// counts on its own); iptables 1.8.9 prints it, later versions leave this default out.
+func (r Recent) save(f model.Family) string {
+	mask := "255.255.255.255"
+	if f == model.IPv6 {
+		mask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
 	}
-	return fmt.Sprintf("-m recent --rcheck --seconds %d --reap --name %s --mask 255.255.255.255 --rsource", r.Seconds, r.Name)
+	if r.Set {
+		return fmt.Sprintf("-m recent --set --name %s --mask %s --rsource", r.Name, mask)
+	}
+	return fmt.Sprintf("-m recent --rcheck --seconds %d --reap --name %s --mask %s --rsource", r.Seconds, r.Name, mask)
 }
 
-func (j JumpTo) save() string       { return "-j " + j.Chain }
-func (s Standard) save() string     { return "-j " + s.Verdict }
-func (r RejectTarget) save() string { return "-j REJECT --reject-with " + r.With }
-func (d DNATTarget) save() string {
+func (j JumpTo) save(model.Family) string       { return "-j " + j.Chain }
+func (s Standard) save(model.Family) string     { return "-j " + s.Verdict }
+func (r RejectTarget) save(model.Family) string { return "-j REJECT --reject-with " + r.With }
+func (d DNATTarget) save(model.Family) string {
 	return "-j DNAT --to-destination " + d.To.String()
 }
-func (MasqueradeTarget) save() string { return "-j MASQUERADE --random-fully" }
-func (m MarkTarget) save() string {
+func (MasqueradeTarget) save(model.Family) string { return "-j MASQUERADE --random-fully" }
+
+// save prints what iptables-save prints for the kernel's MARK target, which keeps a value
+// and a mask for both: --or-mark M is --set-xmark M/M, --xor-mark M is --set-xmark M/0.
+func (m MarkTarget) save(model.Family) string {
 	if m.Xor {
-		return fmt.Sprintf("-j MARK --xor-mark 0x%x", m.Mark)
+		return fmt.Sprintf("-j MARK --set-xmark 0x%x/0x0", m.Mark)
 	}
-	return fmt.Sprintf("-j MARK --or-mark 0x%x", m.Mark)
+	return fmt.Sprintf("-j MARK --set-xmark 0x%x/0x%x", m.Mark, m.Mark)
 }
 
 // StatisticProbability is the probability the kernel really uses for p: xt_statistic keeps
@@ -190,21 +205,23 @@ func (r IptRule) Save(f model.Family) string {
 		parts = append(parts, "-p", protoName(r.Proto))
 	}
 	for _, m := range r.Matches {
-		parts = append(parts, m.save())
+		parts = append(parts, m.save(f))
 	}
 	if r.Target != nil {
-		parts = append(parts, r.Target.save())
+		parts = append(parts, r.Target.save(f))
 	}
 	return strings.Join(parts, " ")
 }
 
 // Dump renders the plan in iptables-save's format: per table, edgegate's chain
-// declarations, the rules it adds to built-in chains, then its own chains' rules.
+// declarations, the rules it adds to built-in chains, then its own chains' rules, with the
+// chains in name order as iptables-nft-save lists them.
 func (p *IPTables) Dump() string {
 	var b strings.Builder
 	for _, t := range p.Tables {
+		chains := slices.SortedFunc(slices.Values(t.Chains), func(x, y *IptChain) int { return strings.Compare(x.Name, y.Name) })
 		fmt.Fprintf(&b, "*%s\n", t.Name)
-		for _, c := range t.Chains {
+		for _, c := range chains {
 			fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
 		}
 		for _, hook := range builtinOrder(t) {
@@ -212,7 +229,7 @@ func (p *IPTables) Dump() string {
 				fmt.Fprintf(&b, "-A %s %s\n", hook, r.Save(p.Family))
 			}
 		}
-		for _, c := range t.Chains {
+		for _, c := range chains {
 			for _, r := range c.Rules {
 				fmt.Fprintf(&b, "-A %s %s\n", c.Name, r.Save(p.Family))
 			}

@@ -106,9 +106,12 @@ func (b *iptBuilder) base() {
 		jump(commentPortals, IptServices, newState()),
 		jump(commentExternal, IptExternalServices, newState()),
 	}
+	// The node's own traffic meets the refusals for external and LoadBalancer IPs too, as
+	// in nftables mode: no rule routes it out toward an address nothing serves.
 	b.filter.Builtin["OUTPUT"] = []IptRule{
 		jump(commentFirewall, IptProxyFirewall, newState()),
 		jump(commentPortals, IptServices, newState()),
+		jump(commentExternal, IptExternalServices, newState()),
 	}
 	b.nat.Builtin["PREROUTING"] = []IptRule{jump(commentPortals, IptServices)}
 	b.nat.Builtin["OUTPUT"] = []IptRule{jump(commentPortals, IptServices)}
@@ -132,21 +135,32 @@ func (b *iptBuilder) base() {
 	post.add(IptRule{Matches: []IptMatch{Comment{"edgegate service traffic requiring SNAT"}}, Target: MasqueradeTarget{}})
 }
 
-// nodePortJumps sends local destinations to the node-port chain: every local address but
-// loopback, or only those inside --nodeport-addresses.
-func (b *iptBuilder) nodePortJumps() []IptRule {
-	comment := Comment{"edgegate service nodeports; NOTE: this must be the last rule in this chain"}
+// nodePortDestinations are rules, one per destination guard, matching where node ports
+// answer: every local address but loopback, or only those inside --nodeport-addresses.
+// Callers add the addrtype LOCAL match.
+func (b *iptBuilder) nodePortDestinations() []IptRule {
 	prefixes := familyPrefixes(b.cfg.NodePortAddresses, b.f)
 	if len(prefixes) == 0 {
 		lo := netip.MustParsePrefix("127.0.0.0/8")
 		if b.f == model.IPv6 {
 			lo = netip.MustParsePrefix("::1/128")
 		}
-		return []IptRule{{Dst: lo, DstNot: true, Matches: []IptMatch{comment, AddrType{}}, Target: JumpTo{IptNodePorts}}}
+		return []IptRule{{Dst: lo, DstNot: true}}
 	}
 	var out []IptRule
 	for _, p := range prefixes {
-		out = append(out, IptRule{Dst: p, Matches: []IptMatch{comment, AddrType{}}, Target: JumpTo{IptNodePorts}})
+		out = append(out, IptRule{Dst: p})
+	}
+	return out
+}
+
+// nodePortJumps sends node-port destinations to the node-port chain.
+func (b *iptBuilder) nodePortJumps() []IptRule {
+	comment := Comment{"edgegate service nodeports; NOTE: this must be the last rule in this chain"}
+	out := b.nodePortDestinations()
+	for i := range out {
+		out[i].Matches = []IptMatch{comment, AddrType{}}
+		out[i].Target = JumpTo{IptNodePorts}
 	}
 	return out
 }
@@ -228,6 +242,15 @@ func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
 			services.add(frontend(a, name+" loadbalancer IP", JumpTo{target}))
 		}
 		if firewalled {
+			if !captured {
+				// Nothing is translated without endpoints: allowed sources go on to the
+				// refusal in EG-EXTERNAL-SERVICES, the others are dropped as ever.
+				for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
+					allowed := frontend(a, name+" loadbalancer IP", Standard{"RETURN"})
+					allowed.Src = r
+					b.filter.Chain(IptProxyFirewall).add(allowed)
+				}
+			}
 			// What the firewall chain did not pass on was not translated: drop it here.
 			b.filter.Chain(IptProxyFirewall).add(frontend(a, name+" traffic not accepted by "+fw, Standard{"DROP"}))
 		}
@@ -243,10 +266,14 @@ func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
 			nodePorts.add(r)
 		}
 		if p.External != Forward {
-			r := np
-			r.Matches = []IptMatch{Comment{name + " has no " + noEndpointsWhat(p.External)}, AddrType{}, DPort{proto, sp.NodePort}}
-			r.Target = b.filterVerdict(p.External)
-			filterExternal.add(r)
+			// Only where node ports answer: the same port on another local address, or on
+			// loopback, is not this service's.
+			for _, r := range b.nodePortDestinations() {
+				r.Proto = proto
+				r.Matches = []IptMatch{Comment{name + " has no " + noEndpointsWhat(p.External)}, AddrType{}, DPort{proto, sp.NodePort}}
+				r.Target = b.filterVerdict(p.External)
+				filterExternal.add(r)
+			}
 		}
 	}
 	if sp.HealthCheckPort != 0 {
@@ -272,10 +299,9 @@ func (b *iptBuilder) external(c *IptChain, p *PortPolicy, svc, svl string) {
 		c.add(IptRule{Target: JumpTo{svc}})
 		return
 	}
+	// Only the node's own traffic is let off the Local policy: pods elsewhere reach this
+	// gateway as outside traffic, as Policy and nftables mode have it.
 	if len(p.Cluster) > 0 {
-		for _, cidr := range familyPrefixes(b.cfg.ClusterCIDRs, p.Family) {
-			c.add(IptRule{Src: cidr, Matches: []IptMatch{Comment{"pod traffic for " + name + " external destinations"}}, Target: JumpTo{svc}})
-		}
 		c.add(IptRule{Matches: []IptMatch{Comment{"masquerade LOCAL traffic for " + name + " external destinations"}, AddrType{Source: true}},
 			Target: JumpTo{IptMarkMasq}})
 		c.add(IptRule{Matches: []IptMatch{Comment{"route LOCAL traffic for " + name + " external destinations"}, AddrType{Source: true}},
