@@ -30,10 +30,14 @@ $(BIN)/labhost:
 deps:
 	@hack/deps.sh iproute2:ip nftables:nft curl:curl
 
+# The tests also read iptables mode's rules back with Debian's stock iptables-nft tools.
+deps-test: deps
+	@hack/deps.sh iptables:iptables-nft-save
+
 demo: deps build
 	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) bash lab/demo.sh
 
-test: deps vet test-unit fuzz test-netns
+test: deps-test vet test-unit fuzz test-netns
 	@echo "make test: every tier passed"
 
 vet:

@@ -101,7 +101,7 @@ func parseConfig(args []string) (Config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("edgegate", flag.ContinueOnError)
 	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
-	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables")
+	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables or iptables")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
 	fs.Var(listFlag{&c.NodeIPs}, "node-ip", "this node's IP addresses, comma-separated (one per family)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
@@ -150,8 +150,8 @@ func parseConfig(args []string) (Config, error) {
 
 func (c *Config) validate() error {
 	var errs []error
-	if c.ProxyMode != "nftables" {
-		errs = append(errs, fmt.Errorf("--proxy-mode: %q is not supported by this build (supported: nftables)", c.ProxyMode))
+	if c.ProxyMode != "nftables" && c.ProxyMode != "iptables" {
+		errs = append(errs, fmt.Errorf("--proxy-mode: %q is not supported by this build (supported: nftables, iptables)", c.ProxyMode))
 	}
 	for _, ip := range c.NodeIPs {
 		if _, err := netip.ParseAddr(ip); err != nil {

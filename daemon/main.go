@@ -20,6 +20,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
+	"github.com/edgegate/edgegate/daemon/kernel/ipt"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
@@ -74,6 +75,7 @@ func main() {
 func dataplanes(mode string, families []model.Family, pc plan.Config) (proxy.Dataplane, []proxy.Dataplane) {
 	all := []proxy.Dataplane{
 		&proxy.NFTables{Rules: nft.New(), Families: families, Config: pc},
+		&proxy.IPTables{Rules: ipt.New(), Families: families, Config: pc},
 	}
 	var chosen proxy.Dataplane
 	var others []proxy.Dataplane

@@ -43,6 +43,18 @@ var modes = map[string]modeTraits{
 		ruleset:    []string{"table ip edgegate", "table ip6 edgegate"},
 		breakRules: flushNFTServices,
 	},
+	// iptables mode lives in the shared ip/ip6 nat and filter tables, under EG- chains.
+	"iptables": {
+		ruleset:    []string{"chain EG-SERVICES", "chain EG-POSTROUTING", "jump EG-SERVICES"},
+		breakRules: flushIptServices,
+	},
+}
+
+// flushIptServices empties nat EG-SERVICES, through which every service lookup goes, with
+// nft (the lab needs no iptables binary to break iptables-mode rules).
+func flushIptServices(t *testing.T, l *Lab) {
+	t.Helper()
+	l.Exec(t, l.Gateway, "nft", "flush", "chain", "ip", "nat", "EG-SERVICES")
 }
 
 // flushNFTServices empties the chain every service lookup goes through (kube-proxy's

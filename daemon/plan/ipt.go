@@ -187,10 +187,11 @@ func (r IptRule) Save(f model.Family) string {
 		hostBits = 128
 	}
 	addr := func(not bool, flag string, p netip.Prefix) {
-		if !p.IsValid() {
+		// iptables leaves out a match on any address and prints prefixes masked.
+		if !p.IsValid() || p.Bits() == 0 && !not {
 			return
 		}
-		s := p.String()
+		s := p.Masked().String()
 		if p.Bits() == hostBits {
 			s = p.Addr().String() + fmt.Sprintf("/%d", hostBits)
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/edgegate/edgegate/daemon/kernel/ipt"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -54,3 +55,29 @@ func (d *NFTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 
 // Cleanup implements Dataplane.
 func (d *NFTables) Cleanup() error { return d.Rules.Cleanup() }
+
+// IPTables is the iptables mode: kube-proxy's chain layout in the shared nat and filter
+// tables, written in iptables-nft's encoding.
+type IPTables struct {
+	Rules    ipt.Ruleset
+	Families []model.Family
+	Config   plan.Config
+}
+
+var _ Dataplane = (*IPTables)(nil)
+
+// Mode implements Dataplane.
+func (*IPTables) Mode() string { return ModeIPTables }
+
+// Program implements Dataplane.
+func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
+	plans := make([]*plan.IPTables, 0, len(d.Families))
+	for _, f := range d.Families {
+		plans = append(plans, plan.IPT(snap, f, d.Config))
+	}
+	st, err := d.Rules.Apply(plans, full)
+	return Result{Full: st.Full, Written: st.Chains, Elements: st.Rules, Deleted: st.Deleted}, err
+}
+
+// Cleanup implements Dataplane.
+func (d *IPTables) Cleanup() error { return d.Rules.Cleanup() }

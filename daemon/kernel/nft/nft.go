@@ -53,7 +53,12 @@ func New() *Kernel { return &Kernel{applied: map[model.Family]*plan.Table{}, dir
 // attribute the kernel refused.
 func dial() (*nftables.Conn, error) {
 	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
-		if err := nc.SetReadBuffer(32 << 20); err != nil {
+		// Limits, not allocations: a full sync of thousands of services is one batch
+		// of tens of thousands of messages, each acknowledged.
+		if err := nc.SetReadBuffer(256 << 20); err != nil {
+			return err
+		}
+		if err := nc.SetWriteBuffer(256 << 20); err != nil {
 			return err
 		}
 		return nc.SetOption(netlink.ExtendedAcknowledge, true)

@@ -1,0 +1,261 @@
+package ipt
+
+import (
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// randomState is one desired state: a few services, each with a random subset of
+// endpoints, policies, families and affinity, so consecutive states add, change and remove
+// service, endpoint and firewall chains in both families.
+func randomState(r *rand.Rand) *model.Snapshot {
+	var objs []any
+	for i := 0; i < 6; i++ {
+		if r.Intn(4) == 0 {
+			continue
+		}
+		name := fmt.Sprintf("svc%d", i)
+		proto := v1.ProtocolTCP
+		if i%3 == 2 {
+			proto = v1.ProtocolUDP
+		}
+		mods := []func(*v1.Service){mt.Port("p", proto, int32(80+i), 8080, int32(30000+i))}
+		dual := r.Intn(2) == 0
+		if dual {
+			mods = append(mods, mt.DualStack(fmt.Sprintf("fd00:96::%d", 10+i)))
+		}
+		if r.Intn(2) == 0 {
+			mods = append(mods, mt.Affinity(int32(60*(1+r.Intn(3)))))
+		}
+		if r.Intn(2) == 0 {
+			mods = append(mods, mt.LoadBalancerIPs(fmt.Sprintf("203.0.113.%d", 10+i), fmt.Sprintf("2001:db8:113::%d", 10+i)),
+				mt.SourceRanges("10.0.0.0/8", "2001:db8::/32"))
+		} else {
+			mods = append(mods, mt.Type(v1.ServiceTypeNodePort))
+		}
+		if r.Intn(3) == 0 {
+			mods = append(mods, mt.ExternalLocal(int32(32000+i)))
+		}
+		objs = append(objs, mt.Service("ns", name, fmt.Sprintf("10.96.0.%d", 10+i), mods...))
+		var v4, v6 []discovery.Endpoint
+		for e := 0; e < 4; e++ {
+			node := mt.OnNode([]string{"gw", "other"}[r.Intn(2)])
+			if r.Intn(2) == 0 {
+				v4 = append(v4, mt.EP(fmt.Sprintf("10.200.%d.%d", i, 10+e), node))
+			}
+			if dual && r.Intn(2) == 0 {
+				v6 = append(v6, mt.EP(fmt.Sprintf("fd00:200:%d::%d", i, 10+e), node))
+			}
+		}
+		objs = append(objs, mt.Slice("ns", name+"-v4", name, "p", proto, 8080, v4...))
+		if len(v6) > 0 {
+			objs = append(objs, mt.Slice("ns", name+"-v6", name, "p", proto, 8080, v6...))
+		}
+	}
+	return mt.Snapshot(objs...)
+}
+
+// ownedRules reads back what edgegate owns in both families, as iptables-nft-save prints it.
+func ownedRules(t *testing.T, ns string) map[model.Family]ruleset {
+	t.Helper()
+	return map[model.Family]ruleset{
+		model.IPv4: parseSave(save(t, ns, model.IPv4)),
+		model.IPv6: parseSave(save(t, ns, model.IPv6)),
+	}
+}
+
+func diffOwned(got, want map[model.Family]ruleset) []string {
+	var out []string
+	for _, f := range families {
+		for _, d := range got[f].diff(want[f]) {
+			out = append(out, f.String()+" "+d)
+		}
+	}
+	return out
+}
+
+// TestPartialSyncsConverge replays random states with partial syncs in one namespace and
+// proves the kernel ends exactly where a single full sync of the last state puts a fresh
+// namespace.
+func TestPartialSyncsConverge(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	cfg := plan.Config{NodeName: "gw", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16")}}
+	var states []*model.Snapshot
+	for i := 0; i < 20; i++ {
+		states = append(states, randomState(r))
+	}
+	var incremental, fresh map[model.Family]ruleset
+	inNetns(t, func(ns string) {
+		foreign(t, ns)
+		k := New()
+		var chains, deleted int
+		for i, s := range states {
+			st, err := k.Apply(demoPlans(s, cfg), i == 0)
+			if err != nil {
+				t.Fatalf("state %d: %v", i, err)
+			}
+			if i > 0 && st.Full {
+				t.Fatalf("state %d was applied in full; want partial", i)
+			}
+			if i > 0 {
+				chains, deleted = chains+st.Chains, deleted+st.Deleted
+			}
+		}
+		if chains == 0 || deleted == 0 {
+			t.Errorf("partial syncs wrote %d chains and deleted %d: the states do not exercise them", chains, deleted)
+		}
+		incremental = ownedRules(t, ns)
+	})
+	inNetns(t, func(ns string) {
+		foreign(t, ns)
+		if _, err := New().Apply(demoPlans(states[len(states)-1], cfg), true); err != nil {
+			t.Fatal(err)
+		}
+		fresh = ownedRules(t, ns)
+	})
+	if len(fresh[model.IPv4]["nat"]) < 5 {
+		t.Fatalf("the last state programs almost nothing: %v", fresh)
+	}
+	for _, d := range diffOwned(incremental, fresh) {
+		t.Errorf("partial syncs ended elsewhere than a full sync: %s", d)
+	}
+}
+
+// TestFullSyncRepairsTampering deletes a rule of an edgegate chain and edgegate's jump from
+// PREROUTING and adds an EG- chain by hand; a partial sync (which trusts its memory of the
+// kernel) does not notice, the next full sync restores exactly the plan. The operator's
+// rules survive every apply.
+func TestFullSyncRepairsTampering(t *testing.T) {
+	plans := demoPlans(demoSnapshot(), demoConfig())
+	inNetns(t, func(ns string) {
+		foreign(t, ns)
+		k := New()
+		if _, err := k.Apply(plans, true); err != nil {
+			t.Fatal(err)
+		}
+		want := ownedRules(t, ns)
+		svc := plans[0].Table("nat").Chain(plan.IptServices).Rules[0].Target.(plan.JumpTo).Chain
+		for _, args := range [][]string{
+			{"iptables-nft", "-t", "nat", "-D", svc, "1"},
+			{"iptables-nft", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", "edgegate service portals", "-j", plan.IptServices},
+			{"iptables-nft", "-t", "nat", "-N", "EG-INTRUDER"},
+			{"iptables-nft", "-t", "nat", "-A", "EG-INTRUDER", "-j", "RETURN"},
+			{"iptables-nft", "-t", "nat", "-I", "OUTPUT", "-m", "comment", "--comment", "edgegate service portals", "-j", "EG-INTRUDER"},
+		} {
+			run(t, ns, "", args...)
+		}
+		if _, err := k.Apply(plans, false); err != nil {
+			t.Fatal(err)
+		}
+		if len(diffOwned(ownedRules(t, ns), want)) == 0 {
+			t.Fatal("tampering was not visible; the test cannot tell repair from nothing")
+		}
+		st, err := k.Apply(plans, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Deleted != 1 {
+			t.Errorf("full sync deleted %d chains, want 1 (EG-INTRUDER)", st.Deleted)
+		}
+		for _, d := range diffOwned(ownedRules(t, ns), want) {
+			t.Errorf("full sync did not repair: %s", d)
+		}
+		for _, f := range families {
+			out := save(t, ns, f)
+			if strings.Contains(out, "EG-INTRUDER") {
+				t.Errorf("%s: EG-INTRUDER survived a full sync:\n%s", f, out)
+			}
+			if f == model.IPv4 && !strings.Contains(out, "\n-A INPUT -s 192.0.2.1/32 -j DROP\n") {
+				t.Errorf("the operator's INPUT rule is gone:\n%s", out)
+			}
+		}
+	})
+}
+
+// TestFailedApplyKeepsRules makes the kernel refuse a batch (DNAT is valid only in the nat
+// table) and checks that the rules of the last good apply stay and the next apply is full.
+func TestFailedApplyKeepsRules(t *testing.T) {
+	good := demoPlans(demoSnapshot(), demoConfig())
+	bad := demoPlans(demoSnapshot(mt.Affinity(600)), demoConfig())
+	fw := bad[0].Table("filter").Chain(plan.IptForward)
+	fw.Rules = append(fw.Rules, plan.IptRule{Proto: 6, Matches: []plan.IptMatch{plan.DPort{Proto: 6}},
+		Target: plan.DNATTarget{To: netip.MustParseAddrPort("10.0.0.1:80")}})
+	inNetns(t, func(ns string) {
+		k := New()
+		if _, err := k.Apply(good, true); err != nil {
+			t.Fatal(err)
+		}
+		want := ownedRules(t, ns)
+		if _, err := k.Apply(bad, false); err == nil {
+			t.Fatal("the kernel accepted DNAT in the filter table")
+		} else if !strings.Contains(err.Error(), "nftables batch (partial)") {
+			t.Fatalf("want the kernel to refuse the batch, got: %v", err)
+		}
+		for _, d := range diffOwned(ownedRules(t, ns), want) {
+			t.Errorf("a refused batch changed the kernel: %s", d)
+		}
+		st, err := k.Apply(good, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Full {
+			t.Error("the apply after a failure was not full")
+		}
+	})
+}
+
+// TestPartialSyncBuiltinAndFamilyChanges changes edgegate's rules in a built-in chain and
+// drops the IPv6 plan, both through partial syncs.
+func TestPartialSyncBuiltinAndFamilyChanges(t *testing.T) {
+	plans := demoPlans(demoSnapshot(), demoConfig())
+	changed := demoPlans(demoSnapshot(), demoConfig())
+	filter := changed[0].Table("filter")
+	fwd := filter.Builtin["FORWARD"]
+	filter.Builtin["FORWARD"] = []plan.IptRule{fwd[1], fwd[0]}
+	filter.Builtin["OUTPUT"] = nil
+	inNetns(t, func(ns string) {
+		foreign(t, ns)
+		k := New()
+		if _, err := k.Apply(plans, true); err != nil {
+			t.Fatal(err)
+		}
+		st, err := k.Apply(changed, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Full || st.Chains != 2 || st.Rules != 2 {
+			t.Errorf("partial sync of two built-in chains: %+v, want 2 chains and 2 rules written", st)
+		}
+		got := parseSave(save(t, ns, model.IPv4))["filter"]
+		want := parseSave(changed[0].Dump())["filter"]
+		for _, c := range []string{"INPUT", "FORWARD", "OUTPUT"} {
+			if strings.Join(got[c], "\n") != strings.Join(want[c], "\n") {
+				t.Errorf("%s:\ngot:  %q\nwant: %q", c, got[c], want[c])
+			}
+		}
+		st, err = k.Apply(changed[:1], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Deleted == 0 {
+			t.Errorf("dropping the IPv6 plan deleted no chains: %+v", st)
+		}
+		out := save(t, ns, model.IPv6)
+		if strings.Contains(out, plan.IptPrefix) || strings.Contains(out, "edgegate") {
+			t.Errorf("the dropped IPv6 plan left rules:\n%s", out)
+		}
+		if !strings.Contains(out, "-A FORWARD -s 2001:db8::1/128 -j DROP") {
+			t.Errorf("the operator's IPv6 rule is gone:\n%s", out)
+		}
+	})
+}

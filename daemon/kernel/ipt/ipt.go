@@ -1,0 +1,185 @@
+// Package ipt programs edgegate's iptables plan (package plan) through netlink with
+// google/nftables, in exactly the nf_tables encoding iptables-nft 1.8.9 writes, so that the
+// stock iptables-nft-save, iptables-nft -L and iptables-nft-restore read edgegate's rules as
+// ordinary iptables rules. The firmware ships no iptables binary.
+//
+// The ip/ip6 "nat" and "filter" tables are shared with other iptables users (Docker, the
+// operator's own rules): edgegate owns only chains whose name starts with plan.IptPrefix
+// and the rules in built-in chains that carry one of plan.IptHookComments, and never
+// flushes or deletes anything else.
+package ipt
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// Ruleset is what the proxy needs from an iptables backend; Kernel and Fake implement it.
+type Ruleset interface {
+	// Apply makes the kernel hold exactly these plans (one per family). A full apply
+	// rewrites every edgegate chain and re-inserts edgegate's rules at the top of the
+	// built-in chains, removing anything else edgegate-owned found there (repairing hand
+	// edits); a partial apply rewrites only chains whose rules changed since the last
+	// apply, adds new chains and deletes gone ones. A family missing from plans loses
+	// edgegate's rules. One atomic nftables batch per Apply; on error the kernel keeps
+	// its previous rules and the next Apply is full.
+	Apply(plans []*plan.IPTables, full bool) (Stats, error)
+	// Cleanup removes every edgegate chain and every rule edgegate added to built-in
+	// chains, in the ip and ip6 nat and filter tables.
+	Cleanup() error
+}
+
+// Stats describes one apply.
+type Stats struct {
+	Full    bool
+	Chains  int // chains written: edgegate chains added or rewritten, built-in chains whose edgegate rules were replaced
+	Rules   int // rules written
+	Deleted int // edgegate chains deleted
+}
+
+// Kernel is the netlink-backed Ruleset for the current network namespace.
+type Kernel struct {
+	mu      sync.Mutex
+	applied map[model.Family]*plan.IPTables
+	dirty   bool
+}
+
+var _ Ruleset = (*Kernel)(nil)
+
+// New returns a Kernel backend for the current network namespace; its first Apply is full.
+func New() *Kernel { return &Kernel{applied: map[model.Family]*plan.IPTables{}, dirty: true} }
+
+// families are the table families edgegate programs, in the order it programs them.
+var families = []model.Family{model.IPv4, model.IPv6}
+
+// tableNames are the iptables tables edgegate uses.
+var tableNames = []string{"filter", "nat"}
+
+func tableFamily(f model.Family) nftables.TableFamily {
+	if f == model.IPv6 {
+		return nftables.TableFamilyIPv6
+	}
+	return nftables.TableFamilyIPv4
+}
+
+// Socket buffer limits for one Apply's batch.
+const (
+	sendBuffer    = 256 << 20
+	receiveBuffer = 256 << 20
+)
+
+// dial opens a netlink connection sized for large batches: the whole batch goes out in one
+// sendmsg, which must fit the send buffer, and the kernel queues an ack and an echo for
+// every message before edgegate reads any. Both sizes are limits, not allocations. Measured
+// here: with the default send buffer 11,000 rules (1,000 services) failed with "message too
+// long"; 70,000 rules (5,000 services) overflowed a 64 MiB receive buffer and fit in this
+// one. Extended acks name the attribute the kernel refused.
+func dial() (*nftables.Conn, error) {
+	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
+		if err := nc.SetWriteBuffer(sendBuffer); err != nil {
+			return err
+		}
+		if err := nc.SetReadBuffer(receiveBuffer); err != nil {
+			return err
+		}
+		return nc.SetOption(netlink.ExtendedAcknowledge, true)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	return c, nil
+}
+
+// Apply implements Ruleset.
+func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	full = full || k.dirty
+	st := Stats{Full: full}
+	conn, err := dial()
+	if err != nil {
+		return st, err
+	}
+	byFamily := map[model.Family]*plan.IPTables{}
+	for _, p := range plans {
+		if byFamily[p.Family] != nil {
+			return st, fmt.Errorf("two %s plans", p.Family)
+		}
+		byFamily[p.Family] = p
+	}
+	k.dirty = true
+	for _, f := range families {
+		p := byFamily[f]
+		if p == nil {
+			if full || k.applied[f] != nil {
+				if err := queueRemoval(conn, f, &st); err != nil {
+					return st, err
+				}
+			}
+			continue
+		}
+		for _, name := range tableNames {
+			want := p.Table(name)
+			if want == nil {
+				want = &plan.IptTable{Name: name}
+			}
+			ts := &tableSync{conn: conn, table: &nftables.Table{Name: name, Family: tableFamily(f)},
+				enc: encoder{family: f}, want: want, st: &st}
+			var prev *plan.IptTable
+			if old := k.applied[f]; !full && old != nil {
+				if prev = old.Table(name); prev == nil {
+					prev = &plan.IptTable{Name: name}
+				}
+			}
+			if prev == nil {
+				err = ts.full()
+			} else {
+				err = ts.partial(prev)
+			}
+			if err != nil {
+				return st, fmt.Errorf("%s %s table: %w", f, name, err)
+			}
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
+	}
+	k.applied = byFamily
+	k.dirty = false
+	return st, nil
+}
+
+func kind(full bool) string {
+	if full {
+		return "full"
+	}
+	return "partial"
+}
+
+// Cleanup implements Ruleset.
+func (k *Kernel) Cleanup() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.dirty = true
+	k.applied = map[model.Family]*plan.IPTables{}
+	conn, err := dial()
+	if err != nil {
+		return err
+	}
+	var st Stats
+	for _, f := range families {
+		if err := queueRemoval(conn, f, &st); err != nil {
+			return err
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("remove edgegate rules: %w", err)
+	}
+	return nil
+}
