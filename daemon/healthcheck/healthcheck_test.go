@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -168,6 +169,10 @@ func TestEveryBindAddressOrNone(t *testing.T) {
 	port := freePort(t)
 	squatter, err := net.Listen("tcp", addr(loopback2, port))
 	if err != nil {
+		// Linux routes all of 127.0.0.0/8 to lo; elsewhere the test cannot run.
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no 127.0.0.2 on this host: %v", err)
+		}
 		t.Skipf("no 127.0.0.2 on this host: %v", err)
 	}
 	services := map[model.ServiceName]uint16{svcA: port}
