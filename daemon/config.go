@@ -133,17 +133,21 @@ func parseConfig(args []string) (Config, error) {
 		if err := yaml.UnmarshalStrict(b, &fromFile); err != nil {
 			return c, fmt.Errorf("--config %s: %w", *configFile, err)
 		}
-		// Re-apply the flags that were given on the command line over the file.
+		// The flags given on the command line win: remember their values, load the file
+		// into the same variables, then set them again.
+		given := map[string]string{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
 		cleanup, version := c.Cleanup, c.Version
 		c = fromFile
 		c.Cleanup, c.Version = cleanup, version
-		var reErr error
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name != "config" && reErr == nil {
-				reErr = fs.Set(f.Name, f.Value.String())
+		for name, v := range given {
+			if name == "config" {
+				continue
 			}
-		})
-		_ = reErr
+			if err := fs.Set(name, v); err != nil {
+				return c, fmt.Errorf("--%s: %w", name, err)
+			}
+		}
 	}
 	return c, c.validate()
 }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigFileThenFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "edgegate.yaml")
+	yaml := "proxyMode: iptables\nnodeIPs: [192.0.2.1]\nzone: edge-a\nfullSyncPeriod: 90s\nmasqueradeAll: true\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfig([]string{"--config", file, "--zone", "edge-b", "--node-ip", "192.0.2.7,2001:db8::7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProxyMode != "iptables" || !c.MasqueradeAll || c.FullSyncPeriod.Duration != 90*time.Second {
+		t.Errorf("file settings lost: %+v", c)
+	}
+	if c.Zone != "edge-b" || strings.Join(c.NodeIPs, ",") != "192.0.2.7,2001:db8::7" {
+		t.Errorf("command-line flags must win over the file: zone %q, node IPs %v", c.Zone, c.NodeIPs)
+	}
+	if c.HealthzBindAddress != "0.0.0.0:10256" {
+		t.Errorf("defaults lost: healthz %q", c.HealthzBindAddress)
+	}
+}
+
+func TestConfigErrorsNameTheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--proxy-mode", "userspace"}, "--proxy-mode"},
+		{[]string{"--node-ip", "10.0.0.300"}, "--node-ip"},
+		{[]string{"--cluster-cidr", "10.244.0.0"}, "--cluster-cidr"},
+		{[]string{"--masquerade-bit", "40"}, "--masquerade-bit"},
+		{[]string{"--nodeport-addresses", "nonsense"}, "--nodeport-addresses"},
+	} {
+		_, err := parseConfig(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(file, []byte("proxyMod: nftables\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseConfig([]string{"--config", file}); err == nil || !strings.Contains(err.Error(), "proxyMod") {
+		t.Errorf("a misspelt key in the config file: error %v, want one naming it", err)
+	}
+}
