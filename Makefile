@@ -8,7 +8,7 @@ GOFLAGS   := -trimpath -buildvcs=false
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 # Pure packages: no kernel, run with the race detector.
-PURE      := ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
+PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/...
 
 .PHONY: all build demo test test-unit test-netns fuzz vet deps deps-test clean
@@ -37,7 +37,7 @@ deps-test: deps
 demo: deps build
 	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) bash lab/demo.sh
 
-test: deps-test vet test-unit fuzz test-netns
+test: deps-test vet test-unit fuzz test-netns test-cluster
 	@echo "make test: every tier passed"
 
 vet:
@@ -55,7 +55,11 @@ fuzz:
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
 test-netns: build
 	@hack/require-root.sh
-	EDGEGATE_BIN=$(abspath $(BIN)/edgegate) $(GO) test -count=1 -timeout 20m ./daemon/kernel/... ./daemon/proxy/... ./lab/...
+	EDGEGATE_BIN=$(abspath $(BIN)/edgegate) $(GO) test -count=1 -timeout 20m ./daemon/kernel/... ./daemon/proxy/... \
+		./daemon/pid1/... $$($(GO) list ./lab/... | grep -v /lab/cluster)
 
 clean:
 	rm -rf $(BIN)
+
+# The cluster tier: a real kube-apiserver and etcd built from hack/apiserver (test-cluster).
+include hack/apiserver/apiserver.mk

@@ -24,6 +24,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/pid1"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/daemon/runner"
@@ -34,6 +35,14 @@ import (
 var version = "dev"
 
 func main() {
+	if os.Getpid() == 1 {
+		// The firmware: edgegate is the machine's init (see daemon/pid1); never returns.
+		pid1.Main(func(m *pid1.Machine, args []string) (func(context.Context) error, error) {
+			cfg, err := parseConfig(args)
+			m.SetLogLevel(cfg.LogLevel)
+			return func(ctx context.Context) error { return run(ctx, cfg, m.Log(), m.Ready) }, err
+		})
+	}
 	cfg, err := parseConfig(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -64,7 +73,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
+	if err := run(ctx, cfg, log, nil); err != nil {
 		log.Error("edgegate stopped", "err", err)
 		os.Exit(1)
 	}
@@ -126,11 +135,15 @@ func planConfig(cfg Config) (plan.Config, error) {
 	return pc, nil
 }
 
-func run(ctx context.Context, cfg Config, log *slog.Logger) error {
+// run is the daemon. ready, if set, is called after every successful sync (PID 1 prints its
+// readiness marker on the first).
+func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error {
 	pc, err := planConfig(cfg)
 	if err != nil {
 		return err
 	}
+	ctx, stopComponents := context.WithCancel(ctx)
+	defer stopComponents()
 	m := metrics.New()
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"))
@@ -156,6 +169,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err := p.Sync(); err != nil {
 			log.Error("sync failed; the previous rules stay in place", "err", err)
 			r.Retry()
+			return
+		}
+		if ready != nil {
+			ready()
 		}
 	}, cfg.MinSyncPeriod.Duration, time.Second, min(cfg.SyncPeriod.Duration, cfg.FullSyncPeriod.Duration), runner.RealClock())
 	changed := func() {
@@ -166,11 +183,13 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
+	// A panic in a component ends run with an error instead of the process: under PID 1
+	// the supervisor then restarts the daemon, and the kernel rules stay meanwhile.
 	start := func(name string, fn func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(); err != nil {
+			if err := pid1.Protect(fn); err != nil {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
@@ -208,6 +227,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		wg.Wait()
 		return nil
 	case err := <-errc:
+		// Stop the other components before returning, so a restarted daemon finds its
+		// ports free.
+		stopComponents()
+		wg.Wait()
 		return err
 	}
 }

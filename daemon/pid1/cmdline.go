@@ -1,0 +1,195 @@
+package pid1
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Cmdline is what PID 1 reads from the kernel command line (/proc/cmdline).
+type Cmdline struct {
+	// IP holds the edgegate.ip= entries in the order given; entries that do not parse are
+	// in Problems instead.
+	IP []IPConfig
+	// Flags are the daemon's flags from edgegate.flags=.
+	Flags []string
+	// Test is edgegate.test=1: run /edgegate-test after boot, then power off.
+	Test bool
+	// TestPanics is edgegate.test.panic=<n>: in a test image, a probe component panics n
+	// times so a boot test can watch the supervisor restart it.
+	TestPanics int
+	// ModuleParams holds <module>.<param>=<value> entries by module name (dashes as
+	// underscores), what modprobe would pass to finit_module.
+	ModuleParams map[string][]string
+	// Problems lists the edgegate.* entries that were ignored, and why.
+	Problems []string
+}
+
+// IPConfig is one edgegate.ip= entry: a static address (with an optional default gateway)
+// or DHCPv4 on a device.
+type IPConfig struct {
+	Dev     string
+	DHCP    bool
+	Addr    netip.Prefix // static address; the host bits are kept
+	Gateway netip.Addr   // optional default gateway for Addr's family
+}
+
+func (c IPConfig) String() string {
+	switch {
+	case c.DHCP:
+		return c.Dev + ":dhcp"
+	case c.Gateway.IsValid():
+		return c.Dev + ":" + c.Addr.String() + ":" + c.Gateway.String()
+	}
+	return c.Dev + ":" + c.Addr.String()
+}
+
+// ParseCmdline parses the kernel command line. Unknown parameters are ignored: they belong
+// to the kernel or to modules.
+func ParseCmdline(s string) Cmdline {
+	c := Cmdline{ModuleParams: map[string][]string{}}
+	for _, p := range splitCmdline(s) {
+		key, value, hasValue := strings.Cut(p, "=")
+		switch key {
+		case "edgegate.ip":
+			ip, err := ParseIPConfig(value)
+			if err != nil {
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.ip=%s: %v", value, err))
+				continue
+			}
+			c.IP = append(c.IP, ip)
+		case "edgegate.flags":
+			c.Flags = append(c.Flags, splitFlags(value)...)
+		case "edgegate.test":
+			if !hasValue {
+				c.Test = true
+				continue
+			}
+			on, err := strconv.ParseBool(value)
+			if err != nil {
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.test=%s: not a boolean", value))
+			}
+			c.Test = on
+		case "edgegate.test.panic":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 0 {
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.test.panic=%s: not a count", value))
+				continue
+			}
+			c.TestPanics = n
+		default:
+			// modprobe's rule: a dotted parameter names a module's parameter.
+			module, param, ok := strings.Cut(key, ".")
+			if ok && module != "" && param != "" && module != "edgegate" {
+				name := strings.ReplaceAll(module, "-", "_")
+				arg := param
+				if hasValue {
+					arg += "=" + quoteParam(value)
+				}
+				c.ModuleParams[name] = append(c.ModuleParams[name], arg)
+			}
+		}
+	}
+	return c
+}
+
+// splitCmdline splits like the kernel's next_arg: on spaces, except inside double quotes,
+// which are removed.
+func splitCmdline(s string) []string {
+	var params []string
+	var cur strings.Builder
+	inQuote, have := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			inQuote = !inQuote
+			have = true
+		case !inQuote && (r == ' ' || r == '\t' || r == '\n'):
+			if have {
+				params = append(params, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteRune(r)
+			have = true
+		}
+	}
+	if have {
+		params = append(params, cur.String())
+	}
+	return params
+}
+
+// quoteParam puts back the quotes the kernel would need to see a value with spaces as one.
+func quoteParam(v string) string {
+	if strings.ContainsAny(v, " \t") {
+		return `"` + v + `"`
+	}
+	return v
+}
+
+// splitFlags splits edgegate.flags on the commas that start a new flag, so list values keep
+// theirs: "--cluster-cidr=10.0.0.0/8,fd00::/8,--log-level=debug" is two flags.
+func splitFlags(s string) []string {
+	var flags []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' && i+1 < len(s) && s[i+1] == '-' {
+			flags = append(flags, s[start:i])
+			start = i + 1
+		}
+	}
+	flags = append(flags, s[start:])
+	out := flags[:0]
+	for _, f := range flags {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ParseIPConfig parses "<dev>:dhcp" or "<dev>:<addr>/<prefix>[:<gateway>]" (IPv4 or IPv6;
+// the prefix length ends the address, so IPv6 colons need no brackets).
+func ParseIPConfig(s string) (IPConfig, error) {
+	dev, rest, ok := strings.Cut(s, ":")
+	if !ok || dev == "" || rest == "" {
+		return IPConfig{}, fmt.Errorf("want <dev>:dhcp or <dev>:<addr>/<prefix>[:<gateway>]")
+	}
+	if len(dev) > 15 || strings.ContainsAny(dev, "/ ") {
+		return IPConfig{}, fmt.Errorf("%q is not a network device name", dev)
+	}
+	if rest == "dhcp" {
+		return IPConfig{Dev: dev, DHCP: true}, nil
+	}
+	slash := strings.IndexByte(rest, '/')
+	if slash < 0 {
+		return IPConfig{}, fmt.Errorf("address %q has no /prefix length", rest)
+	}
+	end := slash + 1
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	addr, err := netip.ParsePrefix(rest[:end])
+	if err != nil {
+		return IPConfig{}, fmt.Errorf("address: %w", err)
+	}
+	c := IPConfig{Dev: dev, Addr: addr}
+	if end == len(rest) {
+		return c, nil
+	}
+	if rest[end] != ':' {
+		return IPConfig{}, fmt.Errorf("unexpected %q after the address", rest[end:])
+	}
+	gw, err := netip.ParseAddr(rest[end+1:])
+	if err != nil {
+		return IPConfig{}, fmt.Errorf("gateway: %w", err)
+	}
+	if gw.Is4() != addr.Addr().Is4() {
+		return IPConfig{}, fmt.Errorf("gateway %s is not in the address's family", gw)
+	}
+	c.Gateway = gw
+	return c, nil
+}

@@ -1,0 +1,202 @@
+package pid1
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// LinkConfigurator configures network devices.
+type LinkConfigurator interface {
+	// NICs lists the physical network devices (not loopback, not virtual).
+	NICs() ([]string, error)
+	// WaitLink returns once the device exists: drivers may register it after their module
+	// has loaded.
+	WaitLink(ctx context.Context, dev string) error
+	SetUp(dev string) error
+	// ReplaceAddress adds or refreshes an address; a zero lifetime is forever.
+	ReplaceAddress(dev string, addr netip.Prefix, lifetime time.Duration) error
+	// ReplaceDefaultRoute points the default route of gw's family at gw through dev.
+	ReplaceDefaultRoute(dev string, gw netip.Addr) error
+}
+
+// networkFile is the image's (later the persistent partition's) static network
+// configuration, kept apart from config.yaml because the daemon reads that strictly:
+//
+//	ip:
+//	- eth0:10.0.2.15/24:10.0.2.2
+//	- eth1:dhcp
+//
+// Entries are written like edgegate.ip=; a device named on the kernel command line takes
+// its configuration from there only.
+const networkFile = "/etc/edgegate/network.yaml"
+
+type networkConfig struct {
+	IP []string `json:"ip"`
+}
+
+// Timeouts of the network step.
+const (
+	linkWait         = 10 * time.Second // for a configured device to appear
+	firstLeaseWithin = 20 * time.Second // for the first DHCP lease, before boot goes on
+)
+
+// networkPlan merges the network file with the kernel command line.
+func (m *Machine) networkPlan() []IPConfig {
+	var plan []IPConfig
+	b, err := os.ReadFile(m.path(networkFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		m.log.Error("reading the network configuration failed", "file", networkFile, "err", err)
+	default:
+		var nc networkConfig
+		if err := yaml.UnmarshalStrict(b, &nc); err != nil {
+			m.log.Error("network configuration ignored", "file", networkFile, "err", err)
+			break
+		}
+		onCmdline := map[string]bool{}
+		for _, c := range m.cmdline.IP {
+			onCmdline[c.Dev] = true
+		}
+		for _, s := range nc.IP {
+			c, err := ParseIPConfig(s)
+			if err != nil {
+				m.log.Error("network entry ignored", "file", networkFile, "entry", s, "err", err)
+				continue
+			}
+			if !onCmdline[c.Dev] {
+				plan = append(plan, c)
+			}
+		}
+	}
+	return append(plan, m.cmdline.IP...)
+}
+
+// configureNetwork brings up lo and every NIC, gives the configured devices their static
+// addresses and default routes, and takes a first DHCP lease where asked. Every failure is
+// logged by device and the rest goes on; DHCP devices without a lease keep trying under
+// the supervisor.
+func (m *Machine) configureNetwork(ctx context.Context) {
+	start := time.Now()
+	links := m.sys.Links
+	if err := links.SetUp("lo"); err != nil {
+		m.log.Error("bringing up lo failed", "err", err)
+	}
+	nics, err := links.NICs()
+	if err != nil {
+		m.log.Error("listing network devices failed", "err", err)
+	}
+	for _, dev := range nics {
+		if err := links.SetUp(dev); err != nil {
+			m.log.Error("bringing up a NIC failed", "dev", dev, "err", err)
+		}
+	}
+	plan := m.networkPlan()
+	var dhcpDevs []string
+	for _, c := range plan {
+		if !slices.Contains(nics, c.Dev) {
+			wctx, cancel := context.WithTimeout(ctx, linkWait)
+			err := links.WaitLink(wctx, c.Dev)
+			cancel()
+			if err != nil {
+				m.log.Error("network device not found; its configuration is skipped", "dev", c.Dev, "config", c.String(), "err", err)
+				continue
+			}
+			if err := links.SetUp(c.Dev); err != nil {
+				m.log.Error("bringing up a NIC failed", "dev", c.Dev, "err", err)
+				continue
+			}
+			nics = append(nics, c.Dev)
+		}
+		if c.DHCP {
+			if !slices.Contains(dhcpDevs, c.Dev) {
+				dhcpDevs = append(dhcpDevs, c.Dev)
+			}
+			continue
+		}
+		m.configureStatic(c)
+	}
+	m.startDHCP(ctx, dhcpDevs)
+	m.log.Info("network configured", "nics", nics, "took", since(start))
+}
+
+func (m *Machine) configureStatic(c IPConfig) {
+	if err := m.sys.Links.ReplaceAddress(c.Dev, c.Addr, 0); err != nil {
+		m.log.Error("adding an address failed", "dev", c.Dev, "addr", c.Addr, "err", err)
+		return
+	}
+	m.console.marker("EDGEGATE-NET-UP %s %s", c.Dev, c.Addr)
+	if c.Gateway.IsValid() {
+		if err := m.sys.Links.ReplaceDefaultRoute(c.Dev, c.Gateway); err != nil {
+			m.log.Error("adding the default route failed", "dev", c.Dev, "gateway", c.Gateway, "err", err)
+		}
+	}
+}
+
+// startDHCP takes the first lease of each device in parallel, bounded in time, and leaves
+// a lease keeper per device for Run to supervise.
+func (m *Machine) startDHCP(ctx context.Context, devs []string) {
+	var wg sync.WaitGroup
+	for _, dev := range devs {
+		k := &leaseKeeper{m: m, dev: dev}
+		m.leases = append(m.leases, k)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, firstLeaseWithin)
+			defer cancel()
+			if err := k.acquire(actx); err != nil {
+				m.log.Error("no DHCP lease yet; still trying in the background", "dev", dev, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// applyLease configures what a lease gives: the address for the lease's time, the default
+// route, and the name servers.
+func (m *Machine) applyLease(dev string, l Lease, announce bool) error {
+	if err := m.sys.Links.ReplaceAddress(dev, l.Address, l.Duration); err != nil {
+		return fmt.Errorf("address %s: %w", l.Address, err)
+	}
+	if announce {
+		m.console.marker("EDGEGATE-NET-UP %s %s", dev, l.Address)
+	}
+	if l.Router.IsValid() {
+		if err := m.sys.Links.ReplaceDefaultRoute(dev, l.Router); err != nil {
+			return fmt.Errorf("default route via %s: %w", l.Router, err)
+		}
+	}
+	if len(l.DNS) > 0 {
+		if err := writeResolvConf(m.path("/etc/resolv.conf"), l.DNS); err != nil {
+			m.log.Warn("writing /etc/resolv.conf failed", "err", err)
+		}
+	}
+	return nil
+}
+
+func writeResolvConf(file string, servers []netip.Addr) error {
+	var b []byte
+	b = append(b, "# written by edgegate from a DHCP lease\n"...)
+	for _, s := range servers {
+		b = fmt.Appendf(b, "nameserver %s\n", s)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}

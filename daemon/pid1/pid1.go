@@ -1,0 +1,400 @@
+// Package pid1 is what edgegate does as the machine's init (PID 1) on the edge gateway
+// firmware: it mounts the kernel's file systems, logs to the console and the kernel log,
+// loads the board's kernel modules, brings up the network, reaps orphans, feeds the hardware
+// watchdog, supervises the daemon so that a panic never takes PID 1 (and the kernel) down,
+// runs a test image's test, and powers off or reboots cleanly.
+//
+// The boot sequence is this file, top to bottom. Each step lives in a small file of its
+// own and reaches the machine through a small interface (System), so the sequence is
+// tested without root against fakes; the QEMU boot tests prove it against a real kernel.
+package pid1
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+)
+
+// System is everything outside the process that PID 1 acts on.
+type System struct {
+	// Root is where the machine's files are: "/" on the machine, a directory in tests.
+	Root string
+	// Console is where the kernel pointed init's standard output.
+	Console       *os.File
+	KernelRelease string
+	Mounts        Mounter
+	Modules       ModuleLoader
+	Links         LinkConfigurator
+	DHCP          DHCPClient
+	Power         Rebooter
+}
+
+// Rebooter ends the machine.
+type Rebooter interface {
+	// Sync flushes file system buffers to their disks.
+	Sync()
+	// Reboot calls reboot(2) with a LINUX_REBOOT_CMD_* command.
+	Reboot(cmd int) error
+}
+
+// KernelSystem is the System of the running kernel.
+func KernelSystem() System {
+	var uts unix.Utsname
+	release := "unknown"
+	if err := unix.Uname(&uts); err == nil {
+		release = unix.ByteSliceToString(uts.Release[:])
+	}
+	return System{
+		Root: "/", Console: os.Stdout, KernelRelease: release,
+		Mounts: kernelMounts{}, Modules: kernelModules{}, Links: &netlinkLinks{},
+		DHCP: nclient4DHCP{}, Power: kernelPower{},
+	}
+}
+
+type kernelPower struct{}
+
+func (kernelPower) Sync()                { unix.Sync() }
+func (kernelPower) Reboot(cmd int) error { return unix.Reboot(cmd) }
+
+// Paths of the image's configuration (see the firmware contract).
+const (
+	configFile   = "/etc/edgegate/config.yaml"
+	manifestsDir = "/etc/edgegate/manifests"
+)
+
+// Timeouts of the machine's own steps; tests shorten them.
+type timing struct {
+	dhcpRetry     time.Duration // shortest wait between failed DHCP renewals
+	shutdownGrace time.Duration // for components to stop before the power goes
+	readyWait     time.Duration // for EDGEGATE-READY before a test image's test runs anyway
+}
+
+type action int
+
+const (
+	powerOff action = iota
+	reboot
+)
+
+func (a action) String() string {
+	if a == reboot {
+		return "reboot"
+	}
+	return "power-off"
+}
+
+// Machine is the booted machine: what Boot set up and what Run supervises.
+type Machine struct {
+	sys        System
+	console    *console
+	level      slog.LevelVar
+	log        *slog.Logger
+	cmdline    Cmdline
+	mounted    []Mount
+	leases     []*leaseKeeper
+	watchdog   *os.File
+	supervisor *Supervisor
+	timing     timing
+
+	stopWatchdog context.CancelFunc
+	readyOnce    sync.Once
+	ready        chan struct{}
+	requests     chan action
+}
+
+// Daemon builds the daemon's run function from its command-line arguments (the image's
+// config.yaml and the kernel's edgegate.flags, see Main). m is the machine it runs on: the
+// daemon calls m.Ready once its first sync has programmed the kernel, logs with m.Log, and
+// may ask for m.PowerOff or m.Reboot.
+type Daemon func(m *Machine, args []string) (run func(ctx context.Context) error, err error)
+
+// Main is the whole life of PID 1: Boot, then the daemon under the supervisor until a
+// power-off or reboot. It never returns: when init exits the kernel panics. A boot that
+// fails on an essential step prints EDGEGATE-BOOT-FAILED and reboots.
+func Main(daemon Daemon) {
+	sys := KernelSystem()
+	m, err := Boot(sys)
+	if err != nil {
+		bootFailed(sys, err)
+	}
+	var components []Component
+	args := m.daemonArgs()
+	var run func(context.Context) error
+	err = Protect(func() (err error) {
+		run, err = daemon(m, args)
+		return err
+	})
+	if err != nil {
+		m.log.Error("the daemon's configuration is invalid; the daemon is not started", "args", args, "err", err)
+	} else {
+		components = append(components, Component{Name: "daemon", Run: run})
+	}
+	m.Run(context.Background(), components...)
+	m.log.Error("the machine did not turn off; waiting for the watchdog or a hard reset")
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+func bootFailed(sys System, err error) {
+	fmt.Fprintf(sys.Console, "EDGEGATE-BOOT-FAILED %v\n", err)
+	time.Sleep(10 * time.Second) // for a person at the console to read it
+	sys.Power.Sync()
+	_ = sys.Power.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// Boot brings the machine up to a configured network: file systems, logging to the kernel
+// log, the reaper, the watchdog, the kernel command line, modules and network. Only a
+// failure of an essential step (a mount in the table marked so, or reading the command
+// line) returns an error; everything else is logged by name and boot goes on.
+func Boot(sys System) (*Machine, error) {
+	start := time.Now()
+	m := &Machine{
+		sys:          sys,
+		console:      newConsole(sys.Console),
+		ready:        make(chan struct{}),
+		requests:     make(chan action, 1),
+		timing:       timing{dhcpRetry: time.Minute, shutdownGrace: 10 * time.Second, readyWait: readyWait},
+		stopWatchdog: func() {},
+	}
+	m.log = slog.New(m.console.handler(&m.level))
+	m.supervisor = &Supervisor{Log: m.log}
+	m.console.marker("EDGEGATE-BOOT-START")
+	children.start(m.log)
+
+	mounted, err := m.mountAll(mountTable)
+	m.mounted = mounted
+	if err != nil {
+		m.log.Error("boot failed", "err", err)
+		return nil, err
+	}
+	m.attachKernelLog()
+	wctx, cancel := context.WithCancel(context.Background())
+	m.stopWatchdog = cancel
+	m.startWatchdog(wctx)
+
+	b, err := os.ReadFile(m.path("/proc/cmdline"))
+	if err != nil {
+		m.log.Error("boot failed", "err", err)
+		return nil, fmt.Errorf("kernel command line: %w", err)
+	}
+	m.cmdline = ParseCmdline(string(b))
+	for _, p := range m.cmdline.Problems {
+		m.log.Warn("kernel command line entry ignored", "problem", p)
+	}
+
+	mods := m.loadModules()
+	m.console.marker("EDGEGATE-MODULES-LOADED n=%d failed=%d", mods.Loaded, len(mods.Failed))
+
+	m.configureNetwork(context.Background())
+	m.log.Info("boot done", "kernel", sys.KernelRelease, "took", since(start))
+	return m, nil
+}
+
+// attachKernelLog sends the log to /dev/kmsg too, without the kernel's rate limit on
+// userspace lines (10 per 5 s), which would drop most of a boot's log.
+func (m *Machine) attachKernelLog() {
+	if err := os.WriteFile(m.path("/proc/sys/kernel/printk_devkmsg"), []byte("on\n"), 0); err != nil {
+		// Locked when the kernel command line sets printk.devkmsg itself.
+		m.log.Debug("lifting the kernel log's rate limit failed", "err", err)
+	}
+	f, err := os.OpenFile(m.path("/dev/kmsg"), os.O_WRONLY, 0)
+	if err != nil {
+		m.log.Warn("logging to the console only", "err", err)
+		return
+	}
+	m.console.attachKmsg(f, m.consoleLogLevel())
+}
+
+// consoleLogLevel is the kernel's console log level: the first number in
+// /proc/sys/kernel/printk (4 with "quiet", 7 without).
+func (m *Machine) consoleLogLevel() int {
+	b, err := os.ReadFile(m.path("/proc/sys/kernel/printk"))
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return kmsgWarn // what "quiet" sets
+}
+
+// Run supervises the components and the machine's own (DHCP leases; on a test image the
+// test) until a power-off or reboot is asked for: by PowerOff or Reboot, by a signal
+// (SIGTERM and SIGPWR power off; SIGINT, which is what Ctrl-Alt-Del sends, reboots), by
+// the end of a test image's test, or by ctx ending (power-off). It then stops the
+// components, syncs, unmounts and calls reboot(2); it returns only if that failed.
+func (m *Machine) Run(ctx context.Context, components ...Component) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
+	defer signal.Stop(sig)
+	if err := m.sys.Power.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF); err != nil {
+		m.log.Warn("Ctrl-Alt-Del stays a hard reset", "err", err)
+	}
+
+	cctx, stopComponents := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	supervise := func(c Component) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.supervisor.Run(cctx, c)
+		}()
+	}
+	for _, c := range components {
+		supervise(c)
+	}
+	for _, k := range m.leases {
+		supervise(Component{Name: "dhcp-" + k.dev, Run: k.run})
+	}
+	if m.cmdline.Test {
+		if n := m.cmdline.TestPanics; n > 0 {
+			supervise(panicProbe(n))
+		}
+		go m.test(cctx, len(components) > 0)
+	}
+
+	var a action
+	select {
+	case <-ctx.Done():
+		a = powerOff
+	case s := <-sig:
+		a = powerOff
+		if s == unix.SIGINT {
+			a = reboot
+		}
+		m.log.Info("signal", "signal", s.String())
+	case a = <-m.requests:
+	}
+	m.shutdown(a, stopComponents, &wg)
+}
+
+// test runs the test image's test once the daemon is ready (right away when no component
+// runs: the daemon could not be started), then powers off.
+func (m *Machine) test(ctx context.Context, waitReady bool) {
+	if waitReady {
+		t := time.NewTimer(m.timing.readyWait)
+		defer t.Stop()
+		select {
+		case <-m.ready:
+		case <-t.C:
+			m.log.Warn("EDGEGATE-READY did not come; running the test anyway", "waited", m.timing.readyWait)
+		case <-ctx.Done():
+			return
+		}
+	}
+	m.runTest()
+	m.PowerOff()
+}
+
+// shutdown stops the components (bounded in time), syncs, unmounts and ends the machine.
+func (m *Machine) shutdown(a action, stopComponents func(), wg *sync.WaitGroup) {
+	m.log.Info("shutting down", "then", a.String())
+	stopComponents()
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
+	t := time.NewTimer(m.timing.shutdownGrace)
+	select {
+	case <-stopped:
+	case <-t.C:
+		m.log.Warn("components did not stop in time; going on", "waited", m.timing.shutdownGrace)
+	}
+	t.Stop()
+	m.stopWatchdog()
+	m.console.release()
+	m.sys.Power.Sync()
+	m.unmountAll()
+	m.sys.Power.Sync()
+	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
+	if a == reboot {
+		cmd = unix.LINUX_REBOOT_CMD_RESTART
+		m.console.marker("EDGEGATE-REBOOT")
+	} else {
+		m.console.marker("EDGEGATE-POWEROFF")
+	}
+	m.console.drain()
+	if err := m.sys.Power.Reboot(cmd); err != nil {
+		m.log.Error("reboot(2) failed", "then", a.String(), "err", err)
+	}
+}
+
+// Ready prints EDGEGATE-READY, once: the daemon calls it after its first successful sync.
+func (m *Machine) Ready() {
+	m.readyOnce.Do(func() {
+		m.console.marker("EDGEGATE-READY")
+		close(m.ready)
+	})
+}
+
+// PowerOff asks Run to stop everything and power the machine off. It does not wait.
+func (m *Machine) PowerOff() { m.request(powerOff) }
+
+// Reboot asks Run to stop everything and reboot the machine. It does not wait.
+func (m *Machine) Reboot() { m.request(reboot) }
+
+func (m *Machine) request(a action) {
+	select {
+	case m.requests <- a:
+	default: // one is already on its way
+	}
+}
+
+// Log is the machine's logger: console and kernel log.
+func (m *Machine) Log() *slog.Logger { return m.log }
+
+// SetLogLevel sets the level of the machine's log ("debug", "info", "warn", "error").
+func (m *Machine) SetLogLevel(level string) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		m.log.Warn("unknown log level; keeping the current one", "level", level)
+		return
+	}
+	m.level.Set(l)
+}
+
+// Components returns the supervisor's counters for every component.
+func (m *Machine) Components() []ComponentStats { return m.supervisor.Stats() }
+
+// daemonArgs are the daemon's command-line arguments on this machine: --config when the
+// image has config.yaml, --manifests when it has baked manifests and config.yaml names
+// none, then the kernel's edgegate.flags, which win because they come last.
+func (m *Machine) daemonArgs() []string {
+	var args []string
+	manifestsConfigured := false
+	if b, err := os.ReadFile(m.path(configFile)); err == nil {
+		args = append(args, "--config="+m.path(configFile))
+		var keys map[string]any
+		// A file that does not parse is the daemon's to report.
+		if yaml.Unmarshal(b, &keys) == nil {
+			_, manifestsConfigured = keys["manifests"]
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		m.log.Error("reading the image's configuration failed", "file", configFile, "err", err)
+	}
+	if st, err := os.Stat(m.path(manifestsDir)); err == nil && st.IsDir() && !manifestsConfigured {
+		args = append(args, "--manifests="+m.path(manifestsDir))
+	}
+	return append(args, m.cmdline.Flags...)
+}
+
+// path maps a path of the machine to the System's root.
+func (m *Machine) path(p string) string { return filepath.Join(m.sys.Root, p) }
