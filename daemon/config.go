@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgegate/edgegate/daemon/source/cluster"
 )
 
 // Config is the daemon's configuration. Flags use kube-proxy's spelling where the meaning is
@@ -31,6 +34,17 @@ type Config struct {
 	MinSyncPeriod      Duration `json:"minSyncPeriod"`
 	FullSyncPeriod     Duration `json:"fullSyncPeriod"`
 	LogLevel           string   `json:"logLevel"`
+
+	// The cluster: a kubeconfig, or the API server with a bearer token file and its CA.
+	Kubeconfig   string  `json:"kubeconfig"`
+	APIServer    string  `json:"apiServer"`
+	TokenFile    string  `json:"tokenFile"`
+	CAFile       string  `json:"caFile"`
+	KubeAPIQPS   float32 `json:"kubeAPIQPS"`
+	KubeAPIBurst int     `json:"kubeAPIBurst"`
+	// StateDir keeps the last synced cluster state for starts without the API server.
+	StateDir string `json:"stateDir"`
+	Region   string `json:"region"`
 
 	Cleanup bool `json:"-"`
 	Version bool `json:"-"`
@@ -59,6 +73,9 @@ func defaults() Config {
 		MinSyncPeriod:      Duration{time.Second},
 		FullSyncPeriod:     Duration{5 * time.Minute},
 		LogLevel:           "info",
+		KubeAPIQPS:         cluster.DefaultQPS,
+		KubeAPIBurst:       cluster.DefaultBurst,
+		StateDir:           "/var/lib/edgegate",
 	}
 }
 
@@ -79,6 +96,21 @@ func (l listFlag) Set(s string) error {
 		}
 	}
 	return nil
+}
+
+type float32Flag struct{ v *float32 }
+
+func (f float32Flag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.FormatFloat(float64(*f.v), 'g', -1, 32)
+}
+
+func (f float32Flag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 32)
+	*f.v = float32(v)
+	return err
 }
 
 type durationFlag struct{ d *Duration }
@@ -115,6 +147,15 @@ func parseConfig(args []string) (Config, error) {
 	fs.Var(durationFlag{&c.SyncPeriod}, "sync-period", "longest time between syncs")
 	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "shortest time between syncs (changes in between are batched)")
 	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "cluster mode: kubeconfig file of the gateway's identity")
+	fs.StringVar(&c.APIServer, "api-server", c.APIServer, "cluster mode: the API server's https:// URL (with --token-file and --ca-file, or overriding the kubeconfig's server)")
+	fs.StringVar(&c.APIServer, "master", c.APIServer, "kube-proxy's spelling of --api-server")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "cluster mode: file holding the bearer (bootstrap) token; re-read when it changes")
+	fs.StringVar(&c.CAFile, "ca-file", c.CAFile, "cluster mode: PEM file of the cluster's CA")
+	fs.Var(float32Flag{&c.KubeAPIQPS}, "kube-api-qps", "requests per second to the API server")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of requests to the API server")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "cluster mode: directory of the last synced state, used when the API server does not answer at start; empty disables")
+	fs.StringVar(&c.Region, "region", c.Region, "cluster mode: this node's topology region label")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule edgegate programmed, then exit")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
@@ -178,5 +219,27 @@ func (c *Config) validate() error {
 	if c.MinSyncPeriod.Duration < 0 || c.SyncPeriod.Duration <= 0 || c.FullSyncPeriod.Duration <= 0 {
 		errs = append(errs, errors.New("--sync-period and --full-sync-period must be positive, --min-sync-period not negative"))
 	}
+	if c.clusterConfig().Enabled() && c.Manifests != "" {
+		errs = append(errs, errors.New("--manifests: standalone mode cannot be combined with a cluster (--kubeconfig or --api-server)"))
+	}
+	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
+		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
 	return errors.Join(errs...)
+}
+
+// clusterServer names the API server for the logs: the URL, or the kubeconfig file.
+func (c *Config) clusterServer() string {
+	if c.APIServer != "" {
+		return c.APIServer
+	}
+	return "kubeconfig " + c.Kubeconfig
+}
+
+// clusterConfig is the cluster source's part of the configuration.
+func (c *Config) clusterConfig() cluster.Config {
+	return cluster.Config{
+		Kubeconfig: c.Kubeconfig, APIServer: c.APIServer, TokenFile: c.TokenFile, CAFile: c.CAFile,
+		QPS: c.KubeAPIQPS, Burst: c.KubeAPIBurst, UserAgent: "edgegate/" + version,
+	}
 }

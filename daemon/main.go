@@ -165,11 +165,15 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		Families: families, FullSyncPeriod: cfg.FullSyncPeriod.Duration, Now: time.Now,
 	}
 	var r *runner.Runner
+	var cl *joined // nil when standalone
 	r = runner.New("sync", func() {
 		if err := p.Sync(); err != nil {
 			log.Error("sync failed; the previous rules stay in place", "err", err)
 			r.Retry()
 			return
+		}
+		if cl != nil {
+			cl.synced()
 		}
 		if ready != nil {
 			ready()
@@ -179,10 +183,15 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		p.Queued()
 		r.Trigger()
 	}
-	log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "manifests", cfg.Manifests)
+	if cfg.clusterConfig().Enabled() {
+		if cl, err = join(cfg, pc.NodeName, tracker, changed, health, m, log); err != nil {
+			return err
+		}
+		defer cl.close()
+	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 8)
 	// A panic in a component ends run with an error instead of the process: under PID 1
 	// the supervisor then restarts the daemon, and the kernel rules stay meanwhile.
 	start := func(name string, fn func() error) {
@@ -200,7 +209,15 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	if cfg.MetricsBindAddress != "" {
 		start("metrics", func() error { return serveMetrics(ctx, cfg.MetricsBindAddress, m) })
 	}
-	if cfg.Manifests != "" {
+	health.Updated(time.Now())
+	switch {
+	case cl != nil:
+		log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "cluster", cfg.clusterServer(), "stateDir", cfg.StateDir)
+		for name, fn := range cl.components(r.Run) {
+			start(name, func() error { fn(ctx); return nil })
+		}
+	case cfg.Manifests != "":
+		log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "manifests", cfg.Manifests)
 		dir := manifests.NewDir(cfg.Manifests, log.With("component", "manifests"))
 		start("manifests", func() error {
 			return dir.Run(ctx, tracker, func() {
@@ -208,7 +225,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 				changed()
 			})
 		})
-	} else {
+		start("sync", func() error { r.Run(ctx); return nil })
+	default:
+		log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName)
 		services, slices, problems := manifests.NewLoader(manifests.Default()).Load()
 		for _, pr := range problems {
 			log.Error("embedded manifests", "problem", pr)
@@ -216,9 +235,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		log.Info("standalone mode on the embedded demo manifests", "services", len(services), "endpointslices", len(slices))
 		tracker.Replace(services, slices)
 		changed()
+		start("sync", func() error { r.Run(ctx); return nil })
 	}
-	health.Updated(time.Now())
-	start("sync", func() error { r.Run(ctx); return nil })
 
 	select {
 	case <-ctx.Done():

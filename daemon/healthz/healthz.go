@@ -26,6 +26,45 @@ type Server struct {
 	lastUpdated  time.Time // zero until the first Updated
 	oldestQueued time.Time // zero when no change waits for a sync
 	draining     bool
+	checks       []check
+}
+
+// check is an informational health check (see AddCheck).
+type check struct {
+	name string
+	fn   func() (ok bool, detail any)
+}
+
+// CheckResult is one check's entry in the health bodies.
+type CheckResult struct {
+	OK     bool `json:"ok"`
+	Detail any  `json:"detail,omitempty"`
+}
+
+// AddCheck adds a named check that is reported in the /healthz and /livez bodies and probed on
+// its own at /healthz/<name> (200 when ok, 503 when not). It never changes the status code of
+// /healthz or /livez, which keep kube-proxy's meaning: a gateway that lost its API server
+// still forwards from its last state and must keep receiving traffic, while monitoring sees
+// the lost link. Add checks before Handler is used.
+func (s *Server) AddCheck(name string, fn func() (ok bool, detail any)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks = append(s.checks, check{name, fn})
+}
+
+func (s *Server) runChecks() map[string]CheckResult {
+	s.mu.Lock()
+	checks := s.checks
+	s.mu.Unlock()
+	if len(checks) == 0 {
+		return nil
+	}
+	out := make(map[string]CheckResult, len(checks))
+	for _, c := range checks {
+		ok, detail := c.fn()
+		out[c.name] = CheckResult{OK: ok, Detail: detail}
+	}
+	return out
 }
 
 // New returns a Server that reports unhealthy once a queued change is older than healthTimeout.
@@ -83,12 +122,30 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		now := s.now()
 		healthy, last, eligible := s.state(now)
-		writeStatus(w, healthy && eligible, status{LastUpdated: last, CurrentTime: now, NodeEligible: &eligible})
+		writeStatus(w, healthy && eligible, status{LastUpdated: last, CurrentTime: now, NodeEligible: &eligible, Checks: s.runChecks()})
+	})
+	mux.HandleFunc("GET /healthz/{check}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		checks := s.checks
+		s.mu.Unlock()
+		for _, c := range checks {
+			if c.name == r.PathValue("check") {
+				ok, detail := c.fn()
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Content-Type-Options", "nosniff")
+				if !ok {
+					w.WriteHeader(http.StatusServiceUnavailable)
+				}
+				_ = json.NewEncoder(w).Encode(CheckResult{OK: ok, Detail: detail})
+				return
+			}
+		}
+		http.NotFound(w, r)
 	})
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		now := s.now()
 		healthy, last, _ := s.state(now)
-		writeStatus(w, healthy, status{LastUpdated: last, CurrentTime: now})
+		writeStatus(w, healthy, status{LastUpdated: last, CurrentTime: now, Checks: s.runChecks()})
 	})
 	return mux
 }
@@ -98,6 +155,8 @@ type status struct {
 	LastUpdated  time.Time `json:"lastUpdated"`
 	CurrentTime  time.Time `json:"currentTime"`
 	NodeEligible *bool     `json:"nodeEligible,omitempty"`
+	// Checks are edgegate's informational checks (AddCheck), absent when there are none.
+	Checks map[string]CheckResult `json:"checks,omitempty"`
 }
 
 func writeStatus(w http.ResponseWriter, healthy bool, st status) {

@@ -191,3 +191,37 @@ func freeAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+func TestChecksAreReportedButNeverFailHealthz(t *testing.T) {
+	clk := fakeclock.New(t0)
+	s := New(timeout, clk.Now)
+	linkOK := false
+	s.AddCheck("cluster", func() (bool, any) { return linkOK, map[string]string{"lastError": "connection refused"} })
+	h := s.Handler()
+	s.Updated(t0)
+
+	for _, path := range []string{"/healthz", "/livez"} {
+		a := probe(t, h, path)
+		if a.code != http.StatusOK {
+			t.Errorf("%s with a failing check: status %d, want 200 (checks are informational)", path, a.code)
+		}
+		checks, _ := a.body["checks"].(map[string]any)
+		c, _ := checks["cluster"].(map[string]any)
+		if c["ok"] != false || c["detail"] == nil {
+			t.Errorf("%s: checks = %v, want cluster not ok with its detail", path, a.body["checks"])
+		}
+	}
+	a := probe(t, h, "/healthz/cluster")
+	if a.code != http.StatusServiceUnavailable || a.body["ok"] != false {
+		t.Errorf("/healthz/cluster with the link lost: %d %v, want 503 ok=false", a.code, a.body)
+	}
+	linkOK = true
+	if a := probe(t, h, "/healthz/cluster"); a.code != http.StatusOK || a.body["ok"] != true {
+		t.Errorf("/healthz/cluster with the link up: %d %v, want 200 ok=true", a.code, a.body)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz/nothing", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("/healthz/nothing: status %d, want 404", rec.Code)
+	}
+}

@@ -220,3 +220,53 @@ func addCount(c prometheus.Counter, n int) {
 		c.Add(float64(n))
 	}
 }
+
+// ClusterState is the state of the link to the API server and of the gateway's Node, read
+// when the metrics are scraped.
+type ClusterState struct {
+	// Reachable: the API server answered the last request; Synced: every informer has listed.
+	Reachable, Synced bool
+	// FromCache: the programmed state came from the state directory, not the API server.
+	FromCache bool
+	// LastContact is the last answer from the API server, CacheSaved the last write of the
+	// state directory, LeaseRenewed the last renewal of the Node's Lease; zero when never.
+	LastContact, CacheSaved, LeaseRenewed time.Time
+}
+
+// ObserveCluster registers the cluster metrics, read from state at every scrape. Call it once,
+// in cluster mode only: a standalone gateway has no such series.
+func (m *Metrics) ObserveCluster(state func() ClusterState) {
+	gauge := func(name, help string, value func(ClusterState) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help},
+			func() float64 { return value(state()) })
+	}
+	m.reg.MustRegister(
+		gauge("cluster_api_reachable", "1 when the API server answered the last request",
+			func(s ClusterState) float64 { return boolValue(s.Reachable) }),
+		gauge("cluster_synced", "1 when every informer has listed from the API server",
+			func(s ClusterState) float64 { return boolValue(s.Synced) }),
+		gauge("cluster_serving_from_cache", "1 while the programmed state is the cached one because the API server did not answer at start",
+			func(s ClusterState) float64 { return boolValue(s.FromCache) }),
+		gauge("cluster_last_contact_timestamp_seconds", "The last time the API server answered",
+			func(s ClusterState) float64 { return timestamp(s.LastContact) }),
+		gauge("cluster_cache_saved_timestamp_seconds", "The last time the synced cluster state was written to the state directory",
+			func(s ClusterState) float64 { return timestamp(s.CacheSaved) }),
+		gauge("node_lease_renewed_timestamp_seconds", "The last time the gateway's Node Lease was renewed",
+			func(s ClusterState) float64 { return timestamp(s.LeaseRenewed) }),
+	)
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// timestamp is t in Unix seconds, 0 for the zero time (never).
+func timestamp(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return unixSeconds(t)
+}

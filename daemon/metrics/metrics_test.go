@@ -149,3 +149,30 @@ func TestRegistriesAreIndependent(t *testing.T) {
 	expect(t, scrape(t, b), map[string]float64{"edgegate_manifests_problems": 0})
 	expect(t, scrape(t, a), map[string]float64{"edgegate_manifests_problems": 5})
 }
+
+func TestClusterSeriesFollowTheState(t *testing.T) {
+	m := New()
+	if _, ok := scrape(t, m)["edgegate_cluster_api_reachable"]; ok {
+		t.Fatal("cluster series exist before ObserveCluster: a standalone gateway must not report them")
+	}
+	contact := time.Unix(1700000000, 500_000_000)
+	st := ClusterState{Reachable: true, Synced: true, LastContact: contact}
+	m.ObserveCluster(func() ClusterState { return st })
+	got := scrape(t, m)
+	want := map[string]float64{
+		"edgegate_cluster_api_reachable": 1, "edgegate_cluster_synced": 1, "edgegate_cluster_serving_from_cache": 0,
+		"edgegate_cluster_last_contact_timestamp_seconds": 1700000000.5,
+		"edgegate_cluster_cache_saved_timestamp_seconds":  0, "edgegate_node_lease_renewed_timestamp_seconds": 0,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	st = ClusterState{FromCache: true, LastContact: contact}
+	got = scrape(t, m)
+	if got["edgegate_cluster_api_reachable"] != 0 || got["edgegate_cluster_serving_from_cache"] != 1 {
+		t.Errorf("after losing the API server: reachable=%v fromCache=%v, want 0 and 1",
+			got["edgegate_cluster_api_reachable"], got["edgegate_cluster_serving_from_cache"])
+	}
+}

@@ -15,10 +15,13 @@ GO ?= go
 cluster-binaries:
 	@GO="$(GO)" hack/apiserver/build.sh >/dev/null
 
-# The harness's own tests: a Service and EndpointSlice written with client-go survive an
-# apiserver restart; the gateway's token and kubeconfig; a cluster inside a network namespace.
+# Everything that needs a real API server: the harness's own tests (objects survive an
+# apiserver restart, the gateway's token and kubeconfig, a cluster inside a network
+# namespace), the gateway's membership and cache against it with deploy/'s RBAC
+# (daemon/node), and the edgegate binary joined to it in the lab (lab/cluster/...). Needs root.
 test-cluster: cluster-binaries
-	$(GO) test -count=1 -timeout 10m ./lab/cluster/...
+	@hack/require-root.sh
+	$(GO) test -count=1 -timeout 15m ./daemon/node/... ./lab/cluster/...
 
 cluster-clean:
 	rm -rf out/cluster

@@ -2,30 +2,24 @@ package ipt
 
 import (
 	"bytes"
-	"fmt"
 	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
-	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-var (
-	installOnce sync.Once
-	nsSeq       atomic.Int32
-)
+var installOnce sync.Once
 
 // needKernel fails under CI=true and skips elsewhere when the test cannot run: it needs
 // root and iptables-nft, which it installs with apt-get when missing.
@@ -51,28 +45,11 @@ func needKernel(t *testing.T) {
 	}
 }
 
-// inNetns runs fn on a locked thread inside a new, empty network namespace and returns the
-// namespace's name so the test can inspect it with the iptables tools.
+// inNetns runs fn inside a fresh network namespace once the iptables tools are there.
 func inNetns(t *testing.T, fn func(name string)) {
 	t.Helper()
 	needKernel(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with the namespace
-		// Unique per process and call, so a test can nest namespaces.
-		name := fmt.Sprintf("egipt%d-%d", os.Getpid()%100000, nsSeq.Add(1))
-		_ = netns.DeleteNamed(name)
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			t.Errorf("netns: %v", err)
-			return
-		}
-		defer ns.Close()
-		defer netns.DeleteNamed(name)
-		fn(name)
-	}()
-	<-done
+	kerneltest.InNetns(t, "egipt", fn)
 }
 
 // run runs an iptables tool in a namespace and fails the test on a non-zero exit or any

@@ -1,49 +1,21 @@
 package nft
 
 import (
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-// inNetns runs fn on a locked thread inside a new, empty network namespace and returns
-// the namespace's name so the test can inspect it with nft.
 func inNetns(t *testing.T, fn func(name string)) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel tests need root under CI=true")
-		}
-		t.Skip("kernel tests need root")
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with the namespace
-		name := "egnft" + strings.ReplaceAll(t.Name(), "/", "")[4:]
-		if len(name) > 15 {
-			name = name[:15]
-		}
-		_ = netns.DeleteNamed(name)
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			t.Errorf("netns: %v", err)
-			return
-		}
-		defer ns.Close()
-		defer netns.DeleteNamed(name)
-		fn(name)
-	}()
-	<-done
+	kerneltest.InNetns(t, "egnft", fn)
 }
 
 func nftList(t *testing.T, ns string) string {

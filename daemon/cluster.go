@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/edgegate/edgegate/daemon/healthz"
+	"github.com/edgegate/edgegate/daemon/kernel/route"
+	"github.com/edgegate/edgegate/daemon/metrics"
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/node"
+	"github.com/edgegate/edgegate/daemon/source/cache"
+	"github.com/edgegate/edgegate/daemon/source/cluster"
+)
+
+// toBeDeletedTaint is the cluster autoscaler's mark on a node it is about to remove; with a
+// deletion timestamp it is what makes kube-proxy's /healthz fail (KEP-3836), so that load
+// balancers stop sending new connections to a node that is going away.
+const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+
+// joined is the gateway in a cluster: the source that feeds the proxy's tracker, the Node
+// and its Lease, and the routes to the other nodes' pods.
+type joined struct {
+	source *cluster.Source
+	member *node.Member
+	routes *node.Routes
+	table  *route.Kernel
+	health *healthz.Server
+	log    *slog.Logger
+
+	// programmed is set by the first successful sync: what the Node's Ready means.
+	programmed atomic.Bool
+	draining   atomic.Bool
+}
+
+// join builds the cluster mode's components; nothing talks to the API server before run.
+// changed is called when the tracker's contents changed.
+func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), health *healthz.Server,
+	m *metrics.Metrics, log *slog.Logger) (*joined, error) {
+	rc, err := cfg.clusterConfig().RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
+	}
+	// The Node and its Lease get a client of their own, as kubelet's heartbeat does: the
+	// informers' lists and watches never hold a renewal behind the rate limiter.
+	memberClient, err := kubernetes.NewForConfig(rest.CopyConfig(rc))
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
+	}
+	table, err := route.New(0)
+	if err != nil {
+		return nil, err
+	}
+	j := &joined{table: table, health: health, log: log}
+	var file *cache.File
+	if cfg.StateDir != "" {
+		file = cache.NewFile(cfg.StateDir)
+	}
+	j.source, err = cluster.New(client, tracker, cluster.Options{
+		NodeName: nodeName, Changed: changed, NodesChanged: j.nodesChanged, Cache: file,
+		Log: log.With("component", "cluster"),
+	})
+	if err != nil {
+		table.Close()
+		return nil, err
+	}
+	j.routes = node.NewRoutes(table, nodeName, j.source.Nodes, log.With("component", "routes"))
+	var ips []netip.Addr
+	for _, s := range cfg.NodeIPs {
+		ips = append(ips, netip.MustParseAddr(s)) // validated with the configuration
+	}
+	j.member = node.NewMember(memberClient, node.Config{
+		Name: nodeName, Zone: cfg.Zone, Region: cfg.Region, InternalIPs: ips, Version: version,
+	}, j.programmed.Load, log.With("component", "node"))
+
+	health.AddCheck("cluster", func() (bool, any) {
+		lk := j.source.Link()
+		return lk.Reachable && lk.Synced && !lk.FromCache, lk
+	})
+	health.AddCheck("node", func() (bool, any) {
+		st := j.member.Status()
+		return st.Registered && st.LastError == "", st
+	})
+	health.AddCheck("routes", func() (bool, any) {
+		st := j.routes.Status()
+		return st.LastError == "", st
+	})
+	m.ObserveCluster(func() metrics.ClusterState {
+		lk := j.source.Link()
+		return metrics.ClusterState{
+			Reachable: lk.Reachable, Synced: lk.Synced, FromCache: lk.FromCache,
+			LastContact: lk.LastSuccess, CacheSaved: lk.CacheWritten, LeaseRenewed: j.member.Status().LastLeaseRenew,
+		}
+	})
+	return j, nil
+}
+
+// nodesChanged follows the Nodes: routes to their pod CIDRs, and the gateway's own Node
+// marked for deletion, which drains it.
+func (j *joined) nodesChanged() {
+	j.routes.Trigger()
+	own := j.source.OwnNode()
+	draining := own != nil && (own.DeletionTimestamp != nil || slices.ContainsFunc(own.Spec.Taints, func(t v1.Taint) bool {
+		return t.Key == toBeDeletedTaint
+	}))
+	if j.draining.Swap(draining) != draining {
+		if draining {
+			j.log.Warn("this gateway's Node is being removed: draining (healthz fails, Node not ready)", "node", own.Name)
+		} else {
+			j.log.Info("this gateway's Node is no longer being removed: serving again")
+		}
+		j.health.SetDraining(draining)
+		j.member.SetDraining(draining)
+	}
+}
+
+// synced is called after every successful sync.
+func (j *joined) synced() {
+	if !j.programmed.Swap(true) {
+		j.member.Trigger()
+	}
+}
+
+// components returns the cluster mode's long-running parts for run to start. syncer, the
+// proxy's sync loop, and the routes start only once the source holds a whole state (the
+// API server's or the cache's): a sync of the empty state would remove the rules that still
+// forward from before a restart.
+func (j *joined) components(syncer func(context.Context)) map[string]func(context.Context) {
+	return map[string]func(context.Context){
+		"cluster": j.source.Run,
+		"node":    j.member.Run,
+		"sync": func(ctx context.Context) {
+			start := time.Now()
+			if j.waitReady(ctx) {
+				lk := j.source.Link()
+				j.log.Info("cluster state ready; programming", "fromCache", lk.FromCache, "after", time.Since(start).Round(time.Millisecond))
+				syncer(ctx)
+			}
+		},
+		"routes": func(ctx context.Context) {
+			if j.waitReady(ctx) {
+				j.routes.Run(ctx)
+			}
+		},
+	}
+}
+
+func (j *joined) waitReady(ctx context.Context) bool {
+	select {
+	case <-j.source.Ready():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// close releases what join opened; the routes stay in the kernel.
+func (j *joined) close() { j.table.Close() }

@@ -1,0 +1,52 @@
+// Package kerneltest runs kernel adapter tests inside throwaway network namespaces.
+package kerneltest
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vishvananda/netns"
+)
+
+var seq atomic.Int32
+
+// NeedRoot skips a test that needs root, or fails it under CI=true, where a tier that
+// cannot run must never pass silently.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("kernel tests need root under CI=true")
+	}
+	t.Skip("kernel tests need root")
+}
+
+// InNetns runs fn on a locked OS thread inside a new, empty, named network namespace,
+// deleted afterwards, and passes fn the name so the test can inspect the namespace with
+// the stock tools (ip netns exec NAME nft ...). Names are prefix plus a number unique in
+// this process, so tests may nest namespaces; prefix should stay within 6 bytes.
+func InNetns(t testing.TB, prefix string, fn func(name string)) {
+	t.Helper()
+	NeedRoot(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with the namespace
+		name := fmt.Sprintf("%s%d-%d", prefix, os.Getpid()%100000, seq.Add(1))
+		_ = netns.DeleteNamed(name)
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			t.Errorf("netns %s: %v", name, err)
+			return
+		}
+		defer ns.Close()
+		defer netns.DeleteNamed(name)
+		fn(name)
+	}()
+	<-done
+}

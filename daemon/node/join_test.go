@@ -1,0 +1,447 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/edgegate/edgegate/daemon/kernel/route"
+	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/node"
+	"github.com/edgegate/edgegate/daemon/source/cache"
+	source "github.com/edgegate/edgegate/daemon/source/cluster"
+	"github.com/edgegate/edgegate/lab/cluster"
+)
+
+// gatewayGroup is the group deploy/bootstrap-token.yaml gives the gateway's token and
+// deploy/rbac.yaml binds.
+const gatewayGroup = "system:bootstrappers:edgegate"
+
+// applyRBAC creates the RBAC objects of a deploy/ manifest file.
+func applyRBAC(t *testing.T, cs kubernetes.Interface, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		switch meta.Kind {
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			mustUnmarshal(t, doc, &o)
+			_, err = cs.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			mustUnmarshal(t, doc, &o)
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+		case "Role":
+			var o rbacv1.Role
+			mustUnmarshal(t, doc, &o)
+			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			mustUnmarshal(t, doc, &o)
+			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("%s: unexpected kind %q", file, meta.Kind)
+		}
+		if err != nil {
+			t.Fatalf("%s: create %s: %v", file, meta.Kind, err)
+		}
+	}
+}
+
+func mustUnmarshal(t *testing.T, doc string, o any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict([]byte(doc), o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requestLog records every request the gateway's client makes, as RBAC sees it.
+type requestLog struct {
+	mu       sync.Mutex
+	requests map[authzv1.ResourceAttributes]bool
+}
+
+type recorder struct {
+	rt  http.RoundTripper
+	log *requestLog
+}
+
+func (r recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if a, ok := attributes(req); ok {
+		r.log.mu.Lock()
+		r.log.requests[a] = true
+		r.log.mu.Unlock()
+	}
+	return r.rt.RoundTrip(req)
+}
+
+// attributes turns a request into what RBAC authorizes: verb, group, resource, subresource,
+// namespace (names are left out: deploy/'s roles grant by resource).
+func attributes(req *http.Request) (authzv1.ResourceAttributes, bool) {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	var a authzv1.ResourceAttributes
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		a.Group, parts = parts[1], parts[3:]
+	default:
+		return a, false // discovery, /version: not resources
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		a.Namespace, parts = parts[1], parts[2:]
+	}
+	a.Resource = parts[0]
+	named := len(parts) >= 2
+	if len(parts) >= 3 {
+		a.Subresource = parts[2]
+	}
+	switch {
+	case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
+		a.Verb = "watch"
+	case req.Method == http.MethodGet && named:
+		a.Verb = "get"
+	case req.Method == http.MethodGet:
+		a.Verb = "list"
+	case req.Method == http.MethodPost:
+		a.Verb = "create"
+	case req.Method == http.MethodPut:
+		a.Verb = "update"
+	case req.Method == http.MethodPatch:
+		a.Verb = "patch"
+	case req.Method == http.MethodDelete:
+		a.Verb = "delete"
+	}
+	return a, true
+}
+
+// checkRBAC asks the API server whether deploy/'s roles allow every kind of request the
+// gateway made. A 403 seen by the gateway proves less: right after an apiserver restart its
+// RBAC cache may still be filling.
+func (l *requestLog) checkRBAC(t *testing.T, admin kubernetes.Interface) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.requests) < 8 {
+		t.Errorf("only %d kinds of requests recorded: %v", len(l.requests), l.requests)
+	}
+	for a := range l.requests {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: cluster.DefaultGatewayUser, Groups: []string{gatewayGroup, "system:authenticated"}, ResourceAttributes: &a,
+		}}
+		got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Status.Allowed {
+			t.Errorf("the gateway made a request deploy/rbac.yaml does not allow: %+v (%s)", a, got.Status.Reason)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func clusterNode(name, ip, podCIDR string) *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
+		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}},
+	}
+}
+
+// gateway is the daemon's cluster side as the lead wires it: source, membership, routes.
+type gateway struct {
+	src     *source.Source
+	tracker *model.Tracker
+	member  *node.Member
+	routes  *node.Routes
+	table   *route.Fake
+	stop    context.CancelFunc
+	done    sync.WaitGroup
+}
+
+func startGateway(t *testing.T, client kubernetes.Interface, stateDir string, table *route.Fake, syncTimeout time.Duration) *gateway {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	g := &gateway{tracker: model.NewTracker(), table: table}
+	var programmed atomic.Bool
+	var err error
+	g.src, err = source.New(client, g.tracker, source.Options{
+		NodeName: "gw1", Cache: cache.NewFile(stateDir), SyncTimeout: syncTimeout, Log: log.With("component", "cluster"),
+		Changed:      func() { programmed.Store(true); g.member.Trigger() },
+		NodesChanged: func() { g.routes.Trigger() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.member = node.NewMember(client, node.Config{
+		Name: "gw1", Zone: "zone-a", InternalIPs: []netip.Addr{netip.MustParseAddr("192.168.1.2")}, Version: "v0.0.0-test",
+		RenewInterval: time.Second,
+	}, programmed.Load, log.With("component", "node"))
+	g.routes = node.NewRoutes(table, "gw1", g.src.Nodes, log.With("component", "routes"))
+	ctx, cancel := context.WithCancel(context.Background())
+	g.stop = cancel
+	g.done.Go(func() { g.src.Run(ctx) })
+	g.done.Go(func() {
+		select {
+		case <-g.src.Ready():
+		case <-ctx.Done():
+			return
+		}
+		g.done.Go(func() { g.member.Run(ctx) })
+		g.routes.Run(ctx)
+	})
+	t.Cleanup(g.shutdown)
+	return g
+}
+
+func (g *gateway) shutdown() {
+	g.stop()
+	g.done.Wait()
+}
+
+// endpoints returns "service:port -> addresses" for every ServicePort the tracker holds but
+// the API server's own (default/kubernetes, which has no endpoints in this cluster).
+func (g *gateway) endpoints() []string {
+	snap, _ := g.tracker.Snapshot()
+	var out []string
+	for _, sp := range snap.Sorted() {
+		if sp.Name.Namespace == "default" && sp.Name.Name == "kubernetes" {
+			continue
+		}
+		var addrs []string
+		for _, e := range sp.Endpoints {
+			addrs = append(addrs, e.Addr.String())
+		}
+		out = append(out, sp.Name.String()+" -> "+strings.Join(addrs, ","))
+	}
+	return out
+}
+
+// TestJoinCluster runs the gateway's cluster side against a real kube-apiserver with only
+// deploy/'s RBAC: it syncs Services and EndpointSlices, registers its Node, renews its
+// Lease, follows Nodes with routes, rides out an apiserver outage, and starts from its cache
+// while the apiserver is down.
+func TestJoinCluster(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{GatewayGroups: []string{gatewayGroup}})
+	ctx := t.Context()
+	admin := c.Client
+
+	// The gateway's client exactly as the daemon builds it: API server URL, token file, CA.
+	dir := t.TempDir()
+	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(tokenFile, []byte(c.GatewayToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, c.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := source.Config{APIServer: c.Server, TokenFile: tokenFile, CAFile: caFile}.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := requestLog{requests: map[authzv1.ResourceAttributes]bool{}}
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return recorder{rt, &requests} }
+	gw, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw.CoreV1().Services("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("before deploy/rbac.yaml the gateway may list Services (err %v): the test would prove nothing", err)
+	}
+	clear(requests.requests)
+	applyRBAC(t, admin, "../../deploy/rbac.yaml")
+
+	// A Service with three EndpointSlices, and two Nodes with pod CIDRs.
+	svc := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0))
+	if _, err := admin.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		s := mt.Slice("default", fmt.Sprintf("web-%d", i), "web", "http", v1.ProtocolTCP, 8080, mt.EP(fmt.Sprintf("10.244.%d.5", i)))
+		if _, err := admin.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []*v1.Node{clusterNode("n1", "192.168.1.11", "10.244.1.0/24"), clusterNode("n2", "192.168.1.12", "10.244.2.0/24")} {
+		created, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = n.Status
+		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	stateDir := filepath.Join(dir, "state")
+	table := route.NewFake()
+	g := startGateway(t, gw, stateDir, table, 10*time.Second)
+	waitUntil(t, "the web service with 3 slices", 30*time.Second, func() bool {
+		return slices.Equal(g.endpoints(), []string{"default/web:http -> 10.244.1.5,10.244.2.5,10.244.3.5"})
+	})
+	waitUntil(t, "routes to n1 and n2", 30*time.Second, func() bool {
+		return table.Dump() == "10.244.1.0/24 via 192.168.1.11 proto edgegate\n10.244.2.0/24 via 192.168.1.12 proto edgegate\n"
+	})
+
+	// The gateway's Node: role label, taint, Ready once the proxy has its state.
+	var gwNode *v1.Node
+	waitUntil(t, "gw1 Ready", 30*time.Second, func() bool {
+		gwNode, err = admin.CoreV1().Nodes().Get(ctx, "gw1", metav1.GetOptions{})
+		return err == nil && readyOf(gwNode) == v1.ConditionTrue
+	})
+	if _, ok := gwNode.Labels[node.RoleLabel]; !ok || gwNode.Labels[v1.LabelTopologyZone] != "zone-a" ||
+		!slices.ContainsFunc(gwNode.Spec.Taints, func(t v1.Taint) bool { return t.Key == node.TaintKey && t.Effect == v1.TaintEffectNoSchedule }) {
+		t.Errorf("gw1: labels %v taints %v", gwNode.Labels, gwNode.Spec.Taints)
+	}
+	lease, err := admin.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, "gw1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := lease.Spec.RenewTime.Time
+	waitUntil(t, "a lease renewal", 10*time.Second, func() bool {
+		l, err := admin.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, "gw1", metav1.GetOptions{})
+		return err == nil && l.Spec.RenewTime.Time.After(renewed)
+	})
+	if len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].UID != gwNode.UID {
+		t.Errorf("lease owner %v, want Node gw1 (%s)", lease.OwnerReferences, gwNode.UID)
+	}
+
+	// A slice moves to another service; a node goes, another comes.
+	moved, err := admin.DiscoveryV1().EndpointSlices("default").Get(ctx, "web-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Labels[discovery.LabelServiceName] = "api"
+	if _, err := admin.DiscoveryV1().EndpointSlices("default").Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n3 := clusterNode("n3", "192.168.1.13", "10.244.3.0/24")
+	created, err := admin.CoreV1().Nodes().Create(ctx, n3, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = n3.Status
+	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "web-3 gone from web", 30*time.Second, func() bool {
+		return slices.Equal(g.endpoints(), []string{"default/web:http -> 10.244.1.5,10.244.2.5"})
+	})
+	waitUntil(t, "routes follow the nodes", 30*time.Second, func() bool {
+		return table.Dump() == "10.244.2.0/24 via 192.168.1.12 proto edgegate\n10.244.3.0/24 via 192.168.1.13 proto edgegate\n"
+	})
+
+	// An outage: the link goes, the state stays; after it, changes arrive again.
+	c.Stop()
+	waitUntil(t, "the lost link reported", 60*time.Second, func() bool { return !g.src.Link().Reachable })
+	if got := g.endpoints(); !slices.Equal(got, []string{"default/web:http -> 10.244.1.5,10.244.2.5"}) {
+		t.Errorf("during the outage the tracker holds %v", got)
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.DiscoveryV1().EndpointSlices("default").Delete(ctx, "web-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the change after the outage", 90*time.Second, func() bool {
+		return slices.Equal(g.endpoints(), []string{"default/web:http -> 10.244.1.5"})
+	})
+	waitUntil(t, "the link healthy again", 60*time.Second, func() bool {
+		lk := g.src.Link()
+		return lk.Reachable && lk.WatchesHealthy
+	})
+
+	// Draining marks the Node not ready.
+	g.member.SetDraining(true)
+	waitUntil(t, "gw1 NotReady while draining", 10*time.Second, func() bool {
+		n, err := admin.CoreV1().Nodes().Get(ctx, "gw1", metav1.GetOptions{})
+		return err == nil && readyOf(n) == v1.ConditionFalse
+	})
+
+	// The gateway restarts while the apiserver is down: it serves from its cache, then
+	// follows the apiserver again, including what changed while it was away.
+	waitUntil(t, "the cache saved", 60*time.Second, func() bool {
+		st, err := cache.NewFile(stateDir).Load()
+		return err == nil && len(st.EndpointSlices) == 2 && len(st.Nodes) == 3
+	})
+	g.shutdown()
+	c.Stop()
+	g2 := startGateway(t, gw, stateDir, route.NewFake(), 2*time.Second)
+	select {
+	case <-g2.src.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the restarted gateway never became ready")
+	}
+	if lk := g2.src.Link(); !lk.FromCache {
+		t.Errorf("restarted without the apiserver, link %+v, want FromCache", lk)
+	}
+	if got := g2.endpoints(); !slices.Equal(got, []string{"default/web:http -> 10.244.1.5"}) {
+		t.Errorf("from the cache the tracker holds %v", got)
+	}
+	waitUntil(t, "routes from the cached nodes", 10*time.Second, func() bool {
+		return g2.table.Dump() == "10.244.2.0/24 via 192.168.1.12 proto edgegate\n10.244.3.0/24 via 192.168.1.13 proto edgegate\n"
+	})
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	extra := mt.Slice("default", "web-4", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.244.4.5"))
+	if _, err := admin.DiscoveryV1().EndpointSlices("default").Create(ctx, extra, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the apiserver's state after the cache", 90*time.Second, func() bool {
+		return slices.Equal(g2.endpoints(), []string{"default/web:http -> 10.244.1.5,10.244.4.5"}) && !g2.src.Link().FromCache
+	})
+
+	g2.shutdown()
+	requests.checkRBAC(t, admin)
+}
+
+func readyOf(n *v1.Node) v1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}

@@ -1,0 +1,132 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+const (
+	// DefaultSettle lets a burst of changes (a rollout touching many EndpointSlices) end
+	// before the state is written.
+	DefaultSettle = 2 * time.Second
+	// DefaultMinInterval spaces writes on a busy cluster: the cache is a fallback for a
+	// reboot without the API, not a journal, and the persistent partition is flash.
+	DefaultMinInterval = 30 * time.Second
+)
+
+// Writer saves the state a snapshot function returns, some time after it was told the state
+// changed: changes within Settle are written together, writes are at least MinInterval
+// apart, and a state equal to the one last written is not written again.
+type Writer struct {
+	file *File
+	// snapshot returns the state to save, or false while there is nothing worth saving
+	// (the sources have not synced).
+	snapshot func() (State, bool)
+	log      *slog.Logger
+	now      func() time.Time
+
+	// Settle and MinInterval may be changed before Run.
+	Settle, MinInterval time.Duration
+
+	trigger chan struct{}
+
+	mu       sync.Mutex
+	lastBody []byte
+	lastSave time.Time
+	lastErr  error
+}
+
+// NewWriter returns a Writer of file. A nil log discards.
+func NewWriter(file *File, snapshot func() (State, bool), log *slog.Logger) *Writer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Writer{
+		file: file, snapshot: snapshot, log: log, now: time.Now,
+		Settle: DefaultSettle, MinInterval: DefaultMinInterval,
+		trigger: make(chan struct{}, 1),
+	}
+}
+
+// Trigger says the state changed. It never blocks.
+func (w *Writer) Trigger() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// LastSave returns when the state was last written and the error of the last attempt.
+func (w *Writer) LastSave() (time.Time, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastSave, w.lastErr
+}
+
+// Run writes after triggers until ctx ends, then writes a pending change once more so that
+// a clean shutdown keeps the newest state.
+func (w *Writer) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	pending := false
+	for {
+		select {
+		case <-ctx.Done():
+			if pending {
+				w.save()
+			}
+			return
+		case <-w.trigger:
+			if pending {
+				continue
+			}
+			pending = true
+			w.mu.Lock()
+			next := w.lastSave.Add(w.MinInterval)
+			w.mu.Unlock()
+			timer.Reset(max(w.Settle, next.Sub(w.now())))
+		case <-timer.C:
+			pending = false
+			if !w.save() {
+				// Retry a failed write after the usual spacing; a full disk may clear.
+				pending = true
+				timer.Reset(max(w.Settle, w.MinInterval))
+			}
+		}
+	}
+}
+
+// save writes the current state if it differs from the last one written. It reports false
+// only when a write failed.
+func (w *Writer) save() bool {
+	st, ok := w.snapshot()
+	if !ok {
+		return true
+	}
+	body, err := encodeBody(st)
+	if err == nil {
+		w.mu.Lock()
+		same := bytes.Equal(body, w.lastBody)
+		w.mu.Unlock()
+		if same {
+			return true
+		}
+		err = w.file.write(body, w.now())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastErr = err
+	if err != nil {
+		w.log.Warn("saving the cluster state cache failed; the previous one stays", "file", w.file.Path(), "err", err)
+		return false
+	}
+	w.lastBody = body
+	w.lastSave = w.now()
+	w.log.Debug("saved the cluster state cache", "file", w.file.Path(), "services", len(st.Services),
+		"endpointslices", len(st.EndpointSlices), "nodes", len(st.Nodes), "bytes", len(body))
+	return true
+}

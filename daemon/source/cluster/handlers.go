@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"reflect"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+func (s *Source) upsertService(o any) {
+	svc, ok := o.(*v1.Service)
+	if !ok {
+		return
+	}
+	s.feed(func() { s.sink.UpsertService(svc) })
+}
+
+func (s *Source) deleteService(o any) {
+	ns, name, ok := deleted[*v1.Service](o)
+	if !ok {
+		return
+	}
+	s.feed(func() { s.sink.DeleteService(ns, name) })
+}
+
+func (s *Source) upsertSlice(o any) {
+	eps, ok := o.(*discovery.EndpointSlice)
+	if !ok {
+		return
+	}
+	s.feed(func() { s.sink.UpsertSlice(eps) })
+}
+
+func (s *Source) deleteSlice(o any) {
+	ns, name, ok := deleted[*discovery.EndpointSlice](o)
+	if !ok {
+		return
+	}
+	s.feed(func() { s.sink.DeleteSlice(ns, name) })
+}
+
+// feed applies one event to the sink once live; before, goLive picks it up from the store.
+func (s *Source) feed(apply func()) {
+	s.mu.Lock()
+	if !s.live {
+		s.mu.Unlock()
+		return
+	}
+	apply()
+	s.mu.Unlock()
+	s.opts.Changed()
+	s.saveLater()
+}
+
+// deleted returns the namespace and name of a deleted object, also when the informer only
+// knows its last key: a delete missed while the watch was down and found by a relist comes
+// as a tombstone.
+func deleted[T interface {
+	GetNamespace() string
+	GetName() string
+}](o any) (namespace, name string, ok bool) {
+	if t, isT := o.(T); isT {
+		return t.GetNamespace(), t.GetName(), true
+	}
+	tomb, isTomb := o.(toolscache.DeletedFinalStateUnknown)
+	if !isTomb {
+		return "", "", false
+	}
+	if t, isT := tomb.Obj.(T); isT {
+		return t.GetNamespace(), t.GetName(), true
+	}
+	ns, name, err := toolscache.SplitMetaNamespaceKey(tomb.Key)
+	return ns, name, err == nil
+}
+
+// nodeHandler calls NodesChanged for changes of the Nodes that mine selects, once the node
+// informers are live, and only for changes to what routes and topology read.
+func (s *Source) nodeHandler(mine func(*v1.Node) bool) toolscache.ResourceEventHandler {
+	notify := func() {
+		s.mu.Lock()
+		live := s.nodesLive
+		s.mu.Unlock()
+		if live {
+			s.opts.NodesChanged()
+			s.saveLater()
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if n, ok := o.(*v1.Node); ok && mine(n) {
+				notify()
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*v1.Node)
+			n, ok2 := newObj.(*v1.Node)
+			if ok1 && ok2 && mine(n) && !sameForRoutes(o, n) {
+				notify()
+			}
+		},
+		DeleteFunc: func(o any) {
+			if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = tomb.Obj
+			}
+			if n, ok := o.(*v1.Node); !ok || mine(n) {
+				notify()
+			}
+		},
+	}
+}
+
+// sameForRoutes reports whether two versions of a Node agree on everything routes and
+// topology read; heartbeats change nothing of it.
+func sameForRoutes(a, b *v1.Node) bool {
+	return reflect.DeepEqual(a.Labels, b.Labels) && slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
+		a.Spec.PodCIDR == b.Spec.PodCIDR && slices.Equal(a.Status.Addresses, b.Status.Addresses)
+}

@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// Labels that take a Service or EndpointSlice away from this proxy, as kube-proxy reads them:
+// a Service meant for another proxy implementation, and the slices of headless Services.
+const (
+	serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
+	headlessLabel         = v1.IsHeadlessService
+)
+
+// lastAppliedAnnotation holds a whole copy of an object applied with kubectl; nothing here
+// reads it, and it would double what is kept in memory and in the cache.
+const lastAppliedAnnotation = v1.LastAppliedConfigAnnotation
+
+// listWatcher is the list and watch half of a typed client.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// newInformer returns an informer over api whose requests are reported to link under name.
+// Resync is off: handlers get every change as it happens, and a periodic replay of unchanged
+// objects would only make the tracker compare them again.
+func newInformer[L runtime.Object](client kubernetes.Interface, api listWatcher[L], link *linkState, name string,
+	example runtime.Object, tweak func(*metav1.ListOptions), transform toolscache.TransformFunc) (toolscache.SharedIndexInformer, error) {
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			tweak(&opts)
+			obj, err := api.List(ctx, opts)
+			link.listed(name, err)
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			tweak(&opts)
+			w, err := api.Watch(ctx, opts)
+			link.watchStarted(name, err)
+			return w, err
+		},
+	}
+	// The wrapper tells the reflector whether the client can stream the initial list
+	// (WatchList); client-go's fake clientset cannot.
+	inf := toolscache.NewSharedIndexInformerWithOptions(toolscache.ToListWatcherWithWatchListSemantics(lw, client), example,
+		toolscache.SharedIndexInformerOptions{ObjectDescription: name})
+	if err := inf.SetTransform(transform); err != nil {
+		return nil, err
+	}
+	err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) {
+		link.watchEnded(name, err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inf, nil
+}
+
+// proxySelector excludes what kube-proxy excludes; the API server filters, so those objects
+// are never sent.
+func proxySelector() string {
+	noProxyName, _ := labels.NewRequirement(serviceProxyNameLabel, selection.DoesNotExist, nil)
+	noHeadless, _ := labels.NewRequirement(headlessLabel, selection.DoesNotExist, nil)
+	return labels.NewSelector().Add(*noProxyName, *noHeadless).String()
+}
+
+type informers struct {
+	services, slices, nodes, ownNode toolscache.SharedIndexInformer
+	// names are the informers' names in the link state, in the order above.
+	names []string
+}
+
+func newInformers(client kubernetes.Interface, nodeName string, link *linkState) (informers, error) {
+	sel := proxySelector()
+	byProxy := func(o *metav1.ListOptions) { o.LabelSelector = sel }
+	everything := func(*metav1.ListOptions) {}
+	ownName := fields.OneTermEqualSelector("metadata.name", nodeName).String()
+	byName := func(o *metav1.ListOptions) { o.FieldSelector = ownName }
+	is := informers{names: []string{"services", "endpointslices", "nodes", "node/" + nodeName}}
+	var err error
+	if is.services, err = newInformer(client, client.CoreV1().Services(""), link, is.names[0], &v1.Service{}, byProxy, slim); err != nil {
+		return is, err
+	}
+	if is.slices, err = newInformer(client, client.DiscoveryV1().EndpointSlices(""), link, is.names[1], &discovery.EndpointSlice{}, byProxy, slim); err != nil {
+		return is, err
+	}
+	if is.nodes, err = newInformer(client, client.CoreV1().Nodes(), link, is.names[2], &v1.Node{}, everything, routeNode); err != nil {
+		return is, err
+	}
+	if is.ownNode, err = newInformer(client, client.CoreV1().Nodes(), link, is.names[3], &v1.Node{}, byName, slim); err != nil {
+		return is, err
+	}
+	return is, nil
+}
+
+func (is informers) all() []toolscache.SharedIndexInformer {
+	return []toolscache.SharedIndexInformer{is.services, is.slices, is.nodes, is.ownNode}
+}
+
+// slim drops the parts of an object nobody here reads: field ownership and kubectl's copy.
+func slim(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+		if a := o.GetAnnotations(); a[lastAppliedAnnotation] != "" {
+			delete(a, lastAppliedAnnotation)
+		}
+	}
+	return obj, nil
+}
+
+// routeNode keeps of a Node what routes and topology need. A Node's status carries images
+// and conditions that change with every heartbeat; none of that matters here.
+func routeNode(obj any) (any, error) {
+	n, ok := obj.(*v1.Node)
+	if !ok {
+		return obj, nil
+	}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels},
+		Spec:       v1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		Status:     v1.NodeStatus{Addresses: n.Status.Addresses},
+	}, nil
+}
