@@ -159,6 +159,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 			log.Warn("removing the rules of another proxy mode failed", "mode", o.Mode(), "err", err)
 		}
 	}
+	warnForwarding(log)
 	p := &proxy.Proxier{
 		Tracker: tracker, Dataplane: dp, Conntrack: &conntrack.Kernel{}, Metrics: m, Health: health,
 		HealthCheck: hc, Log: log.With("component", "proxy"), Config: pc,
@@ -250,6 +251,20 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		stopComponents()
 		wg.Wait()
 		return err
+	}
+}
+
+// warnForwarding says at start when the kernel does not forward a family: a gateway that
+// does not forward only serves its own local traffic. edgegate does not change the setting on
+// a host it does not own (the firmware's PID 1 turns forwarding on at boot).
+func warnForwarding(log *slog.Logger) {
+	for _, f := range []struct{ path, family, fix string }{
+		{"/proc/sys/net/ipv4/ip_forward", "IPv4", "net.ipv4.ip_forward=1"},
+		{"/proc/sys/net/ipv6/conf/all/forwarding", "IPv6", "net.ipv6.conf.all.forwarding=1"},
+	} {
+		if b, err := os.ReadFile(f.path); err == nil && strings.TrimSpace(string(b)) == "0" {
+			log.Warn(f.family+" forwarding is off: traffic from other hosts to services will not reach their endpoints", "fix", "sysctl -w "+f.fix)
+		}
 	}
 }
 
