@@ -15,15 +15,18 @@ PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... .
 
 all: build
 
-build: $(BIN)/edgegate $(BIN)/labhost
+build: $(BIN)/edgegate $(BIN)/labhost $(BIN)/egdemo
 
 # Always rebuilt: go's own cache makes that cheap and never stale.
-.PHONY: $(BIN)/edgegate $(BIN)/labhost
+.PHONY: $(BIN)/edgegate $(BIN)/labhost $(BIN)/egdemo
 $(BIN)/edgegate:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $@ ./daemon
 
 $(BIN)/labhost:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -o $@ ./lab/cmd/labhost
+
+$(BIN)/egdemo:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -o $@ ./lab/cmd/egdemo
 
 # Debian packages the demo and the kernel tests use: iproute2 (ip netns), nftables (nft list
 # ruleset, to read back what edgegate wrote), curl (the demo's client).
@@ -34,8 +37,9 @@ deps:
 deps-test: deps
 	@hack/deps.sh iptables:iptables-nft-save
 
-demo: deps build
-	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) bash lab/demo.sh
+demo: deps build cluster-binaries
+	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo) \
+		bash lab/demo.sh
 
 test: deps-test vet test-unit fuzz test-netns test-cluster
 	@echo "make test: every tier passed"

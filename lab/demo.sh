@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# demo.sh shows edgegate balancing real traffic inside throwaway network namespaces:
-# a client, the gateway running edgegate with its embedded default services, and three
-# labhost backends (the address plan of package lab). It builds nothing:
+# demo.sh shows an edgegate gateway joined to a real Kubernetes API server, balancing real
+# traffic, inside throwaway network namespaces. It builds nothing:
 #
-#   EDGEGATE=path/to/edgegate LABHOST=path/to/labhost lab/demo.sh      (as root)
+#   EDGEGATE=bin/edgegate LABHOST=bin/labhost EGDEMO=bin/egdemo lab/demo.sh            (as root)
+#   ... GATEWAY=firmware KERNEL=out/firmware/qemu-x86_64/vmlinuz \
+#       INITRAMFS=out/firmware/qemu-x86_64/initramfs.cpio.gz lab/demo.sh
 #
-# Everything it creates is removed on exit, error or Ctrl-C.
+# GATEWAY=netns runs the edgegate binary in a namespace of its own; GATEWAY=firmware boots
+# the qemu-x86_64 firmware under QEMU as the gateway, its two NICs on taps inside the lab's
+# switch namespace. The lab (the address plan of package lab and of the embedded demo):
+#
+#   client     10.200.1.2    ─┐
+#                             ├─ gateway 10.200.1.1 (node IP) │ 10.200.2.1 ─┬─ backend-1..3 10.200.2.11..13
+#                                                                         └─ control plane 10.200.2.100
+#                                                                            (etcd + kube-apiserver)
+#
+# The control plane gets deploy/rbac.yaml and the embedded demo's Services and
+# EndpointSlices; the gateway joins with a bootstrap-style token bound to that RBAC and
+# nothing else. Everything the demo creates is removed on exit, error or Ctrl-C; nothing
+# touches the machine's own network.
 set -euo pipefail
 
 : "${EDGEGATE:?set EDGEGATE to the edgegate binary}"
 : "${LABHOST:?set LABHOST to the labhost binary}"
+: "${EGDEMO:?set EGDEMO to the egdemo binary}"
+GATEWAY=${GATEWAY:-netns}
 if [[ $EUID -ne 0 ]]; then
 	echo "demo.sh: needs root to create network namespaces" >&2
 	exit 1
@@ -17,22 +32,37 @@ fi
 for tool in ip curl nft; do
 	command -v "$tool" >/dev/null || { echo "demo.sh: needs $tool" >&2; exit 1; }
 done
+case $GATEWAY in
+netns) ;;
+firmware)
+	: "${KERNEL:?set KERNEL to the firmware's kernel}"
+	: "${INITRAMFS:?set INITRAMFS to the firmware's initramfs}"
+	;;
+*)
+	echo "demo.sh: GATEWAY=$GATEWAY: want netns or firmware" >&2
+	exit 1
+	;;
+esac
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
 suffix=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-GW="egdemo-$suffix-gw"
+GW="egdemo-$suffix-gw" # the gateway (netns) or the switch holding the firmware's taps
 CLIENT="egdemo-$suffix-c1"
+CP="egdemo-$suffix-cp"
 BACKENDS=("egdemo-$suffix-b1" "egdemo-$suffix-b2" "egdemo-$suffix-b3")
-NAMESPACES=("$GW" "$CLIENT" "${BACKENDS[@]}")
+NAMESPACES=("$GW" "$CLIENT" "$CP" "${BACKENDS[@]}")
+NODE=edgegate-gw
 PIDS=()
-LOGDIR=$(mktemp -d)
+WORK=$(mktemp -d)
 
 cleanup() {
 	local status=$?
 	trap - EXIT INT TERM
 	if ((${#PIDS[@]})); then
 		kill -TERM "${PIDS[@]}" 2>/dev/null || true
-		# Give them 5s to stop, then kill what is left.
-		for _ in $(seq 50); do
+		# Give them 10s to stop (the gateway posts its Node not ready), then kill what is left.
+		for _ in $(seq 100); do
 			local alive=0
 			for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
 			((alive)) || break
@@ -44,7 +74,7 @@ cleanup() {
 	for ns in "${NAMESPACES[@]}"; do
 		[[ -e /run/netns/$ns ]] && ip netns del "$ns"
 	done
-	rm -rf "$LOGDIR"
+	rm -rf "$WORK"
 	echo "demo: removed namespaces egdemo-$suffix-*"
 	exit "$status"
 }
@@ -52,70 +82,100 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# fail prints a message and the end of a log, then exits (cleanup runs).
+fail() {
+	echo "demo: $1" >&2
+	[[ -n ${2:-} && -f $2 ]] && tail -n 40 "$2" >&2
+	exit 1
+}
+
 echo "demo: building the lab (namespaces egdemo-$suffix-*)"
 for ns in "${NAMESPACES[@]}"; do
 	ip netns add "$ns"
 	ip netns exec "$ns" sysctl -q -w net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
 	ip -n "$ns" link set lo up
 done
-ip netns exec "$GW" sysctl -q -w net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
 
-# Links are created inside the gateway and their peers moved straight into the other
-# namespaces: nothing ever appears in the root namespace.
+# Links are created inside the gateway (switch) namespace and their peers moved straight into
+# the other namespaces: nothing ever appears in the root namespace. br0 is the backend side,
+# br1 the client side (used by the firmware; the netns gateway routes on c1 itself).
 ip -n "$GW" link add br0 type bridge
-ip -n "$GW" addr add 10.200.2.1/24 dev br0
-ip -n "$GW" addr add fd00:200:2::1/64 dev br0 nodad
 ip -n "$GW" link set br0 up
 ip -n "$GW" link add c1 type veth peer name eth0 netns "$CLIENT"
-ip -n "$GW" addr add 10.200.1.1/24 dev c1
-ip -n "$GW" addr add fd00:200:1::1/64 dev c1 nodad
-ip -n "$GW" link set c1 up
 ip -n "$CLIENT" addr add 10.200.1.2/24 dev eth0
 ip -n "$CLIENT" addr add fd00:200:1::2/64 dev eth0 nodad
 ip -n "$CLIENT" link set eth0 up
 ip -n "$CLIENT" route add default via 10.200.1.1
 ip -n "$CLIENT" route add default via fd00:200:1::1
 
+leaf() { # leaf NS NAME IPV4 IPV6: a host on br0
+	ip -n "$GW" link add "$2" type veth peer name eth0 netns "$1"
+	ip -n "$GW" link set "$2" master br0
+	ip -n "$GW" link set "$2" up
+	ip -n "$1" addr add "$3/24" dev eth0
+	ip -n "$1" addr add "$4/64" dev eth0 nodad
+	ip -n "$1" link set eth0 up
+	ip -n "$1" route add default via 10.200.2.1
+	ip -n "$1" route add default via fd00:200:2::1
+}
 for i in 1 2 3; do
 	ns=${BACKENDS[i - 1]}
-	ip -n "$GW" link add "b$i" type veth peer name eth0 netns "$ns"
-	ip -n "$GW" link set "b$i" master br0
-	ip -n "$GW" link set "b$i" up
-	ip -n "$ns" addr add "10.200.2.1$i/24" dev eth0
-	ip -n "$ns" addr add "fd00:200:2::1$i/64" dev eth0 nodad
-	ip -n "$ns" link set eth0 up
-	ip -n "$ns" route add default via 10.200.2.1
-	ip -n "$ns" route add default via fd00:200:2::1
-	ip netns exec "$ns" "$LABHOST" serve -name "backend-$i" -tcp :8080 -udp :5353 2>"$LOGDIR/backend-$i.log" &
+	leaf "$ns" "b$i" "10.200.2.1$i" "fd00:200:2::1$i"
+	ip netns exec "$ns" "$LABHOST" serve -name "backend-$i" -tcp :8080 -udp :5353 2>"$WORK/backend-$i.log" &
 	PIDS+=($!) # ip netns exec execs in place: this is labhost's own PID
 done
+leaf "$CP" cp 10.200.2.100 fd00:200:2::100
 
-echo "demo: starting edgegate with its embedded default services"
-ip netns exec "$GW" "$EDGEGATE" --hostname-override edgegate-gw --node-ip 10.200.1.1,fd00:200:1::1 \
-	2>"$LOGDIR/edgegate.log" &
-EDGEGATE_PID=$!
-PIDS+=("$EDGEGATE_PID")
+echo "demo: starting etcd and kube-apiserver in $CP (built from hack/apiserver, cached after the first build)"
+# setsid: Ctrl-C reaches egdemo once, through cleanup, so it stops its apiserver and etcd in order.
+(cd "$root" && exec setsid "$EGDEMO" cluster -netns "$CP" -address 10.200.2.100 -dir "$WORK/cluster" \
+	-manifests daemon/source/manifests/default/demo.yaml >"$WORK/cluster.log" 2>&1) &
+PIDS+=($!)
+for _ in $(seq 1200); do
+	grep -qx ready "$WORK/cluster.log" 2>/dev/null && break
+	kill -0 "${PIDS[-1]}" 2>/dev/null || fail "the control plane did not start; its log:" "$WORK/cluster.log"
+	sleep 0.5
+done
+grep -qx ready "$WORK/cluster.log" || fail "the control plane was not ready within 10 minutes" "$WORK/cluster.log"
+grep '^egdemo:' "$WORK/cluster.log" | sed 's/^egdemo: /demo: /'
+SERVER=$(cat "$WORK/cluster/gateway/server")
+KUBECTL=(ip netns exec "$CP" "$EGDEMO" nodes -kubeconfig "$WORK/cluster/admin.kubeconfig")
+
+start_netns_gateway() {
+	ip netns exec "$GW" sysctl -q -w net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+	ip -n "$GW" addr add 10.200.2.1/24 dev br0
+	ip -n "$GW" addr add fd00:200:2::1/64 dev br0 nodad
+	ip -n "$GW" addr add 10.200.1.1/24 dev c1
+	ip -n "$GW" addr add fd00:200:1::1/64 dev c1 nodad
+	ip -n "$GW" link set c1 up
+	echo "demo: starting edgegate in $GW, joining $SERVER as Node $NODE"
+	ip netns exec "$GW" "$EDGEGATE" --api-server "$SERVER" --token-file "$WORK/cluster/gateway/token" \
+		--ca-file "$WORK/cluster/gateway/ca.crt" --state-dir "$WORK/state" \
+		--hostname-override "$NODE" --node-ip 10.200.1.1,fd00:200:1::1 --zone demo-zone \
+		2>"$WORK/edgegate.log" &
+	PIDS+=($!)
+	GATEWAY_LOG=$WORK/edgegate.log
+	HEALTHZ=(ip netns exec "$GW" curl -s --max-time 1 http://127.0.0.1:10256/healthz)
+}
+
+start_netns_gateway
 
 healthy=0
-for _ in $(seq 100); do
-	if ! kill -0 "$EDGEGATE_PID" 2>/dev/null; then
-		echo "demo: edgegate exited; its log:" >&2
-		cat "$LOGDIR/edgegate.log" >&2
-		exit 1
-	fi
-	code=$(ip netns exec "$GW" curl -s -o /dev/null -w '%{http_code}' --max-time 1 http://127.0.0.1:10256/healthz || true)
-	if [[ $code == 200 ]]; then
+for _ in $(seq 300); do
+	kill -0 "${PIDS[-1]}" 2>/dev/null || fail "the gateway exited; its log:" "$GATEWAY_LOG"
+	if "${KUBECTL[@]}" -wait "$NODE" -timeout 1s >/dev/null 2>&1; then
 		healthy=1
 		break
 	fi
-	sleep 0.1
+	sleep 0.2
 done
-if ((!healthy)); then
-	echo "demo: edgegate not healthy within 10s (last /healthz: ${code:-none}); its log:" >&2
-	tail -n 40 "$LOGDIR/edgegate.log" >&2
-	exit 1
-fi
-echo "demo: edgegate is healthy (pid $EDGEGATE_PID)"
+((healthy)) || fail "Node $NODE not Ready within 60s; the gateway's log:" "$GATEWAY_LOG"
+echo "demo: the gateway is a Ready Node of the cluster:"
+echo
+"${KUBECTL[@]}" -wait "$NODE" | sed 's/^/  /'
+echo
+echo "demo: the gateway's /healthz:"
+"${HEALTHZ[@]}" | sed 's/^/  /'
 
 declare -A tally=()
 failures=0
@@ -142,17 +202,19 @@ for backend in backend-1 backend-2 backend-3; do
 done
 ((failures == 0)) || echo "  failed     $failures"
 
-echo
-# What edgegate programmed, as an operator reads it with Debian's nft: the dispatch map,
-# the web service's chain and its per-endpoint connection counters.
-show() {
-	echo "# nft $*"
-	ip netns exec "$GW" nft "$@"
+if [[ $GATEWAY == netns ]]; then
 	echo
-}
-web_chain=$(ip netns exec "$GW" nft list table ip edgegate | awk '/chain service-.*default\/web\// {print $2; exit}')
-show list map ip edgegate service-ips
-show list chain ip edgegate "$web_chain"
-ip netns exec "$GW" nft list counters table ip edgegate | awk '/counter .*default\/web/ {name=$2} /packets/ && name {print "  " name ": " $2 " connections"; name=""}'
+	# What edgegate programmed, as an operator reads it with Debian's nft: the dispatch map,
+	# the web service's chain and its per-endpoint connection counters.
+	show() {
+		echo "# nft $*"
+		ip netns exec "$GW" nft "$@"
+		echo
+	}
+	web_chain=$(ip netns exec "$GW" nft list table ip edgegate | awk '/chain service-.*default\/web\// {print $2; exit}')
+	show list map ip edgegate service-ips
+	show list chain ip edgegate "$web_chain"
+	ip netns exec "$GW" nft list counters table ip edgegate | awk '/counter .*default\/web/ {name=$2} /packets/ && name {print "  " name ": " $2 " connections"; name=""}'
+fi
 
 ((failures == 0))

@@ -31,15 +31,16 @@ const (
 // Status is the membership's state for health, metrics and the dashboard.
 type Status struct {
 	// Registered says the Node object exists and carries the gateway's labels and taint.
-	Registered bool
+	Registered bool `json:"registered"`
 	// Ready, Reason and Message are the Ready condition as last posted.
-	Ready           bool
-	Reason, Message string
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason,omitzero"`
+	Message string `json:"message,omitzero"`
 	// LastLeaseRenew and LastStatusPost are when those last succeeded.
-	LastLeaseRenew time.Time
-	LastStatusPost time.Time
+	LastLeaseRenew time.Time `json:"lastLeaseRenew,omitzero"`
+	LastStatusPost time.Time `json:"lastStatusPost,omitzero"`
 	// LastError is the most recent failure, empty after a fully successful heartbeat.
-	LastError string
+	LastError string `json:"lastError,omitzero"`
 }
 
 // Member keeps the gateway's Node and Lease. Its methods are safe for concurrent use.

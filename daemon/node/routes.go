@@ -87,12 +87,12 @@ func internalIP(n *v1.Node, v4 bool) (netip.Addr, bool) {
 // RouteStatus is the route reconciler's state for the dashboard and metrics.
 type RouteStatus struct {
 	// Routes are the routes last applied successfully.
-	Routes []Route
+	Routes []Route `json:"routes,omitzero"`
 	// Problems are the pod CIDRs that could not be routed.
-	Problems []string
+	Problems []string `json:"problems,omitzero"`
 	// LastError is the last apply's failure, empty after a success.
-	LastError string
-	LastApply time.Time
+	LastError string    `json:"lastError,omitzero"`
+	LastApply time.Time `json:"lastApply,omitzero"`
 }
 
 // Routes keeps the kernel's pod network routes in line with the Nodes.

@@ -28,9 +28,13 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// ServiceCIDR is the cluster's service IP range (--service-cluster-ip-range): a Service's
-// ClusterIP must come from it.
-const ServiceCIDR = "10.96.0.0/16"
+// ServiceCIDR and ServiceCIDR6 are the cluster's service IP ranges
+// (--service-cluster-ip-range, dual-stack): a Service's ClusterIPs must come from them. The
+// IPv6 range is /108, the largest the apiserver's bitmap allocator accepts.
+const (
+	ServiceCIDR  = "10.96.0.0/16"
+	ServiceCIDR6 = "fd00:96::/108"
+)
 
 // The gateway's identity in the token file unless Options say otherwise: a dedicated user and
 // group that only RBAC (deploy/'s ClusterRole, bound by the test) gives rights to. It is not
@@ -235,7 +239,7 @@ func (c *Cluster) launch(ctx context.Context, opts Options, addr netip.Addr) err
 		// So that a test can also join the gateway with a real bootstrap-token Secret.
 		"--enable-bootstrap-token-auth",
 		"--authorization-mode=Node,RBAC",
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + ServiceCIDR + "," + ServiceCIDR6,
 		// No controller-manager runs and the address is a test's: nobody needs the
 		// "kubernetes" Service's endpoints.
 		"--endpoint-reconciler-type=none",

@@ -16,27 +16,27 @@ import (
 type Link struct {
 	// Reachable says the API server answered the most recent request (even with an error
 	// status); false until it first answers.
-	Reachable bool
+	Reachable bool `json:"reachable"`
 	// Synced says every informer has listed its resource at least once.
-	Synced bool
+	Synced bool `json:"synced"`
 	// WatchesHealthy says every informer holds an open watch.
-	WatchesHealthy bool
+	WatchesHealthy bool `json:"watchesHealthy"`
 	// LastSuccess is when a list or watch request last succeeded.
-	LastSuccess time.Time
+	LastSuccess time.Time `json:"lastSuccess,omitzero"`
 	// LastError is the most recent list or watch failure, and when it happened; a later
 	// success does not clear it.
-	LastError   string
-	LastErrorAt time.Time
+	LastError   string    `json:"lastError,omitzero"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// FromCache says the Services and EndpointSlices in effect came from the cache file
 	// because the API server did not answer in time; CacheSince is when that began and
 	// CacheSavedAt when the cache had been written.
-	FromCache    bool
-	CacheSince   time.Time
-	CacheSavedAt time.Time
+	FromCache    bool      `json:"fromCache"`
+	CacheSince   time.Time `json:"cacheSince,omitzero"`
+	CacheSavedAt time.Time `json:"cacheSavedAt,omitzero"`
 	// CacheWritten is when this run last wrote the cache file, and CacheError why the last
 	// write failed (empty after a success).
-	CacheWritten time.Time
-	CacheError   string
+	CacheWritten time.Time `json:"cacheWritten,omitzero"`
+	CacheError   string    `json:"cacheError,omitzero"`
 }
 
 // linkState follows the outcome of every list and watch request of the informers.
