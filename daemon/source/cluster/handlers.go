@@ -112,8 +112,10 @@ func (s *Source) nodeHandler(mine func(*v1.Node) bool) toolscache.ResourceEventH
 }
 
 // sameForRoutes reports whether two versions of a Node agree on everything routes and
-// topology read; heartbeats change nothing of it.
+// topology read, and on what marks the gateway's own Node for removal (taints, deletion
+// timestamp: draining); heartbeats change nothing of it.
 func sameForRoutes(a, b *v1.Node) bool {
 	return reflect.DeepEqual(a.Labels, b.Labels) && slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
-		a.Spec.PodCIDR == b.Spec.PodCIDR && slices.Equal(a.Status.Addresses, b.Status.Addresses)
+		a.Spec.PodCIDR == b.Spec.PodCIDR && slices.Equal(a.Status.Addresses, b.Status.Addresses) &&
+		reflect.DeepEqual(a.Spec.Taints, b.Spec.Taints) && a.DeletionTimestamp.Equal(b.DeletionTimestamp)
 }

@@ -296,3 +296,26 @@ func TestSourceNodes(t *testing.T) {
 	}
 	waitFor(t, "n1 gone", func() bool { return cmp.Equal(nodeNames(s.src.Nodes()), []string{"gw1", "n2"}) })
 }
+
+// The gateway's own Node being marked for removal is a change NodesChanged reports (the
+// daemon drains on it), although routes read nothing of it.
+func TestSourceReportsOwnNodeMarkedForRemoval(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(node("gw1", "192.168.1.2"))
+	s := start(t, client, Options{}, nil)
+	waitReady(t, s.src)
+	waitFor(t, "nodes live", func() bool { return s.nodesChanged.Load() > 0 })
+	before := s.nodesChanged.Load()
+	gw, err := client.CoreV1().Nodes().Get(ctx, "gw1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.Spec.Taints = append(gw.Spec.Taints, v1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Effect: v1.TaintEffectNoSchedule})
+	if _, err := client.CoreV1().Nodes().Update(ctx, gw, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "NodesChanged for the taint", func() bool { return s.nodesChanged.Load() > before })
+	if own := s.src.OwnNode(); own == nil || len(own.Spec.Taints) == 0 {
+		t.Errorf("OwnNode after the taint: %v", own)
+	}
+}
