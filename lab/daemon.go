@@ -16,8 +16,11 @@ import (
 // HealthzURL is where the daemon's /healthz answers, seen from inside the gateway.
 const HealthzURL = "http://127.0.0.1:10256/healthz"
 
+// MetricsURL is where DaemonArgs put the metrics.
+const MetricsURL = "http://127.0.0.1:10249/metrics"
+
 // healthyWithin bounds the wait for the first programmed sync after start.
-const healthyWithin = 10 * time.Second
+const healthyWithin = 30 * time.Second
 
 var built struct {
 	once sync.Once
@@ -100,7 +103,7 @@ func (d *Daemon) LogLine(texts ...string) (string, bool) {
 }
 
 // StartDaemon starts edgegate with args inside the gateway namespace, copies its log into
-// the test log, waits until /healthz answers 200 and registers Stop with t.Cleanup.
+// the test log, waits until /healthz answers 200 and the first sync is done, and registers Stop with t.Cleanup.
 func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 	t.Helper()
 	bin := DaemonBinary(t)
@@ -150,7 +153,7 @@ func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
 		default:
 		}
 		code, body, err := l.Gateway.Fetch(HealthzURL)
-		if err == nil && code == 200 {
+		if err == nil && code == 200 && d.synced(l) {
 			return
 		}
 		if err != nil {
@@ -161,6 +164,23 @@ func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("edgegate not healthy within %v: %s", healthyWithin, last)
+}
+
+// synced reports whether the daemon has finished a sync: /healthz answers 200 from the
+// start, as kube-proxy's does, before any rule exists. It reads the last-sync timestamp from
+// the metrics, and counts a daemon that serves none (--metrics-bind-address elsewhere or
+// empty) as synced once healthy.
+func (d *Daemon) synced(l *Lab) bool {
+	code, body, err := l.Gateway.Fetch(MetricsURL)
+	if err != nil || code != 200 {
+		return true
+	}
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(line, "edgegate_sync_proxy_rules_last_timestamp_seconds "); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return false
 }
 
 // Exited reports whether the daemon has exited, and how.
