@@ -71,6 +71,9 @@ type Options struct {
 	// DefaultGatewayUser and DefaultGatewayGroup).
 	GatewayUser   string
 	GatewayGroups []string
+	// APIServerArgs are further kube-apiserver flags (an audit policy, for example), kept
+	// across restarts.
+	APIServerArgs []string
 	// Dir holds certificates, tokens, kubeconfigs, etcd's data and the logs. Empty makes a
 	// temporary directory that Close removes; Start uses the test's TempDir.
 	Dir string
@@ -244,6 +247,7 @@ func (c *Cluster) launch(ctx context.Context, opts Options, addr netip.Addr) err
 		// "kubernetes" Service's endpoints.
 		"--endpoint-reconciler-type=none",
 	}
+	c.apiArgs = append(c.apiArgs, opts.APIServerArgs...)
 	if err := c.startAPIServer(ctx); err != nil {
 		return err
 	}
