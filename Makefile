@@ -41,12 +41,12 @@ demo: deps build cluster-binaries
 	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo) \
 		bash lab/demo.sh
 
-test: deps-test vet test-unit fuzz test-netns test-cluster
+test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 	@echo "make test: every tier passed"
 
 vet:
 	$(GO) vet ./...
-	@out=$$(gofmt -l daemon lab); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l daemon lab board initramfs qemu); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 
 test-unit:
 	$(GO) test -race -count=1 $(PURE)
@@ -60,10 +60,13 @@ fuzz:
 test-netns: build
 	@hack/require-root.sh
 	EDGEGATE_BIN=$(abspath $(BIN)/edgegate) $(GO) test -count=1 -timeout 20m ./daemon/kernel/... ./daemon/proxy/... \
-		./daemon/pid1/... $$($(GO) list ./lab/... | grep -v /lab/cluster)
+		$$($(GO) list ./lab/... | grep -v /lab/cluster)
 
 clean:
 	rm -rf $(BIN)
 
 # The cluster tier: a real kube-apiserver and etcd built from hack/apiserver (test-cluster).
 include hack/apiserver/apiserver.mk
+
+# The firmware: boards, initramfs, PID 1 and the QEMU boot tests (firmware, test-firmware).
+include board/firmware.mk

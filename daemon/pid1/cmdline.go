@@ -16,8 +16,8 @@ type Cmdline struct {
 	Flags []string
 	// Test is edgegate.test=1: run /edgegate-test after boot, then power off.
 	Test bool
-	// TestPanics is edgegate.test.panic=<n>: in a test image, a probe component panics n
-	// times so a boot test can watch the supervisor restart it.
+	// TestPanics is edgegate.test.panic=<n>: in a test image, the daemon panics n times,
+	// each after a sync, so a boot test can watch the supervisor restart it.
 	TestPanics int
 	// ModuleParams holds <module>.<param>=<value> entries by module name (dashes as
 	// underscores), what modprobe would pass to finit_module.

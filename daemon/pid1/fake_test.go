@@ -244,6 +244,9 @@ func newTestMachine(t *testing.T, files map[string]string) *testMachine {
 		"/proc/cmdline": "console=ttyS0 panic=-1 quiet\n",
 		"/proc/modules": "",
 		"/dev/kmsg":     "",
+		// What a fresh kernel says: no forwarding.
+		"/proc/sys/net/ipv4/ip_forward":          "0\n",
+		"/proc/sys/net/ipv6/conf/all/forwarding": "0\n",
 	}
 	for p, c := range files {
 		base[p] = c

@@ -16,7 +16,8 @@ import (
 // ModuleLoader loads one kernel module from its file.
 type ModuleLoader interface {
 	// Load loads the module at path with the given parameters ("a=1 b=2"). A module that
-	// is already loaded returns an error that matches unix.EEXIST.
+	// is already loaded returns an error that matches unix.EEXIST; one whose init found
+	// no device to drive, an error that matches unix.ENODEV.
 	Load(path, params string) error
 }
 
@@ -28,6 +29,9 @@ const orderFile = "edgegate.order"
 type ModuleResult struct {
 	Loaded int      // modules of the list that are loaded now (already there included)
 	Failed []string // modules that could not be loaded
+	// Absent are the modules whose init found none of their hardware (ENODEV): the module
+	// is fine, this machine lacks the device, like efivarfs on a boot without UEFI.
+	Absent []string
 }
 
 // moduleName is the kernel's name for a module file: its base name without ".ko…", with
@@ -112,12 +116,17 @@ func (m *Machine) loadModules() ModuleResult {
 		case err == nil, errors.Is(err, unix.EEXIST):
 			loaded[name] = true
 			res.Loaded++
+		case errors.Is(err, unix.ENODEV):
+			// Not a failure: a board's list names drivers for hardware a given machine
+			// may not have, and the kernel unloads such a module at once.
+			res.Absent = append(res.Absent, name)
+			m.log.Info("module found no device; not loaded", "module", name, "file", rel)
 		default:
 			res.Failed = append(res.Failed, name)
 			m.log.Error("module failed to load", "module", name, "file", rel, "err", err)
 		}
 	}
-	m.log.Info("modules loaded", "loaded", res.Loaded, "failed", len(res.Failed), "took", since(start))
+	m.log.Info("modules loaded", "loaded", res.Loaded, "failed", len(res.Failed), "absent", len(res.Absent), "took", since(start))
 	return res
 }
 

@@ -82,12 +82,30 @@ func (m *Machine) networkPlan() []IPConfig {
 	return append(plan, m.cmdline.IP...)
 }
 
+// forwardingSysctls turn the machine into a router: a gateway forwards the traffic its
+// rules translate to endpoints behind it. The kernel's default is off for both families.
+var forwardingSysctls = []string{
+	"/proc/sys/net/ipv4/ip_forward",
+	"/proc/sys/net/ipv6/conf/all/forwarding",
+}
+
+// enableForwarding switches IPv4 and IPv6 forwarding on; a family that fails (a kernel
+// without IPv6) is logged by name and the other still forwards.
+func (m *Machine) enableForwarding() {
+	for _, s := range forwardingSysctls {
+		if err := os.WriteFile(m.path(s), []byte("1\n"), 0); err != nil {
+			m.log.Error("enabling forwarding failed", "sysctl", s, "err", err)
+		}
+	}
+}
+
 // configureNetwork brings up lo and every NIC, gives the configured devices their static
 // addresses and default routes, and takes a first DHCP lease where asked. Every failure is
 // logged by device and the rest goes on; DHCP devices without a lease keep trying under
 // the supervisor.
 func (m *Machine) configureNetwork(ctx context.Context) {
 	start := time.Now()
+	m.enableForwarding()
 	links := m.sys.Links
 	if err := links.SetUp("lo"); err != nil {
 		m.log.Error("bringing up lo failed", "err", err)

@@ -111,8 +111,13 @@ type Machine struct {
 	stopWatchdog context.CancelFunc
 	readyOnce    sync.Once
 	ready        chan struct{}
+	syncMu       sync.Mutex
+	synced       chan struct{} // closed and replaced by every Ready
 	requests     chan action
 }
+
+// daemonComponent is the supervisor's name for the daemon Main starts.
+const daemonComponent = "daemon"
 
 // Daemon builds the daemon's run function from its command-line arguments (the image's
 // config.yaml and the kernel's edgegate.flags, see Main). m is the machine it runs on: the
@@ -139,7 +144,7 @@ func Main(daemon Daemon) {
 	if err != nil {
 		m.log.Error("the daemon's configuration is invalid; the daemon is not started", "args", args, "err", err)
 	} else {
-		components = append(components, Component{Name: "daemon", Run: run})
+		components = append(components, Component{Name: daemonComponent, Run: run})
 	}
 	m.Run(context.Background(), components...)
 	m.log.Error("the machine did not turn off; waiting for the watchdog or a hard reset")
@@ -159,7 +164,7 @@ func bootFailed(sys System, err error) {
 }
 
 // Boot brings the machine up to a configured network: file systems, logging to the kernel
-// log, the reaper, the watchdog, the kernel command line, modules and network. Only a
+// log, the reaper, the watchdog, the kernel command line, modules, forwarding and network. Only a
 // failure of an essential step (a mount in the table marked so, or reading the command
 // line) returns an error; everything else is logged by name and boot goes on.
 func Boot(sys System) (*Machine, error) {
@@ -168,6 +173,7 @@ func Boot(sys System) (*Machine, error) {
 		sys:          sys,
 		console:      newConsole(sys.Console),
 		ready:        make(chan struct{}),
+		synced:       make(chan struct{}),
 		requests:     make(chan action, 1),
 		timing:       timing{dhcpRetry: time.Minute, shutdownGrace: 10 * time.Second, readyWait: readyWait},
 		stopWatchdog: func() {},
@@ -248,6 +254,16 @@ func (m *Machine) Run(ctx context.Context, components ...Component) {
 		m.log.Warn("Ctrl-Alt-Del stays a hard reset", "err", err)
 	}
 
+	// The test runs once the daemon is ready, or at once when no component runs (the
+	// daemon could not be started) and nothing will ever be ready.
+	var testReady <-chan struct{}
+	if len(components) > 0 {
+		testReady = m.ready
+	}
+	if m.cmdline.Test && m.cmdline.TestPanics > 0 {
+		components, testReady = m.injectPanics(components, testReady)
+	}
+
 	cctx, stopComponents := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	supervise := func(c Component) {
@@ -264,10 +280,7 @@ func (m *Machine) Run(ctx context.Context, components ...Component) {
 		supervise(Component{Name: "dhcp-" + k.dev, Run: k.run})
 	}
 	if m.cmdline.Test {
-		if n := m.cmdline.TestPanics; n > 0 {
-			supervise(panicProbe(n))
-		}
-		go m.test(cctx, len(components) > 0)
+		go m.test(cctx, testReady)
 	}
 
 	var a action
@@ -285,14 +298,14 @@ func (m *Machine) Run(ctx context.Context, components ...Component) {
 	m.shutdown(a, stopComponents, &wg)
 }
 
-// test runs the test image's test once the daemon is ready (right away when no component
-// runs: the daemon could not be started), then powers off.
-func (m *Machine) test(ctx context.Context, waitReady bool) {
-	if waitReady {
+// test runs the test image's test once ready closes (right away when ready is nil), then
+// powers off.
+func (m *Machine) test(ctx context.Context, ready <-chan struct{}) {
+	if ready != nil {
 		t := time.NewTimer(m.timing.readyWait)
 		defer t.Stop()
 		select {
-		case <-m.ready:
+		case <-ready:
 		case <-t.C:
 			m.log.Warn("EDGEGATE-READY did not come; running the test anyway", "waited", m.timing.readyWait)
 		case <-ctx.Done():
@@ -337,12 +350,24 @@ func (m *Machine) shutdown(a action, stopComponents func(), wg *sync.WaitGroup) 
 	}
 }
 
-// Ready prints EDGEGATE-READY, once: the daemon calls it after its first successful sync.
+// Ready is called by the daemon after every successful sync; the first prints
+// EDGEGATE-READY.
 func (m *Machine) Ready() {
 	m.readyOnce.Do(func() {
 		m.console.marker("EDGEGATE-READY")
 		close(m.ready)
 	})
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	close(m.synced)
+	m.synced = make(chan struct{})
+}
+
+// nextSync returns a channel that closes at the daemon's next Ready.
+func (m *Machine) nextSync() <-chan struct{} {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	return m.synced
 }
 
 // PowerOff asks Run to stop everything and power the machine off. It does not wait.

@@ -3,6 +3,7 @@ package pid1
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -90,6 +91,11 @@ func TestBootSequence(t *testing.T) {
 	} {
 		if !strings.Contains(kmsg, want) {
 			t.Errorf("kernel log lacks %q:\n%s", want, kmsg)
+		}
+	}
+	for _, s := range forwardingSysctls {
+		if b, err := os.ReadFile(filepath.Join(tm.sys.Root, s)); err != nil || string(b) != "1\n" {
+			t.Errorf("%s = %q, %v; want forwarding on", s, b, err)
 		}
 	}
 	resolv, err := os.ReadFile(filepath.Join(tm.sys.Root, "etc/resolv.conf"))
@@ -325,5 +331,63 @@ func TestDaemonArgs(t *testing.T) {
 				t.Errorf("daemonArgs (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestModuleWithoutItsDevice: a module whose init answers ENODEV (efivarfs when the kernel
+// was booted without UEFI) is logged by name as absent hardware, counted neither as loaded
+// nor as failed; a real failure next to it still counts.
+func TestModuleWithoutItsDevice(t *testing.T) {
+	tm := newTestMachine(t, map[string]string{
+		"/lib/modules/" + testRelease + "/edgegate.order": "kernel/fs/efivarfs/efivarfs.ko\n" +
+			"kernel/net/netfilter/nf_conntrack.ko\nkernel/net/netfilter/ipvs/ip_vs.ko\n",
+	})
+	tm.modules.fail["efivarfs.ko"] = unix.ENODEV
+	tm.modules.fail["ip_vs.ko"] = unix.EIO
+	m := &Machine{sys: tm.sys, console: newConsole(tm.sys.Console)}
+	m.log = slog.New(m.console.handler(&m.level))
+	got := m.loadModules()
+	want := ModuleResult{Loaded: 1, Failed: []string{"ip_vs"}, Absent: []string{"efivarfs"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("loadModules (-want +got):\n%s", diff)
+	}
+	con := tm.console()
+	if !strings.Contains(con, `level=INFO msg="module found no device; not loaded" module=efivarfs`) {
+		t.Errorf("the module without its device is not logged by name:\n%s", con)
+	}
+	if strings.Contains(con, `msg="module failed to load" module=efivarfs`) {
+		t.Errorf("the module without its device is logged as a failure:\n%s", con)
+	}
+	if !strings.Contains(con, `level=ERROR msg="module failed to load" module=ip_vs`) {
+		t.Errorf("the failed module is not logged by name:\n%s", con)
+	}
+
+	// Through Boot, the marker counts the same way.
+	tm = newTestMachine(t, map[string]string{
+		"/lib/modules/" + testRelease + "/edgegate.order": "kernel/fs/efivarfs/efivarfs.ko\nkernel/net/netfilter/nf_conntrack.ko\n",
+	})
+	tm.modules.fail["efivarfs.ko"] = unix.ENODEV
+	tm.boot()
+	if !strings.Contains(tm.markers(), "EDGEGATE-MODULES-LOADED n=1 failed=0\n") {
+		t.Errorf("markers:\n%s", tm.markers())
+	}
+}
+
+// TestForwardingFailureIsLoggedByName: a kernel without IPv6 has no IPv6 forwarding switch;
+// boot logs it by name and IPv4 still forwards.
+func TestForwardingFailureIsLoggedByName(t *testing.T) {
+	tm := newTestMachine(t, nil)
+	if err := os.RemoveAll(filepath.Join(tm.sys.Root, "proc/sys/net/ipv6")); err != nil {
+		t.Fatal(err)
+	}
+	tm.boot()
+	if !strings.Contains(tm.console(), `msg="enabling forwarding failed" sysctl=/proc/sys/net/ipv6/conf/all/forwarding`) {
+		t.Errorf("console:\n%s", tm.console())
+	}
+	if b, err := os.ReadFile(filepath.Join(tm.sys.Root, "proc/sys/net/ipv4/ip_forward")); err != nil || string(b) != "1\n" {
+		t.Errorf("ip_forward = %q, %v; want 1", b, err)
+	}
+	if !strings.Contains(tm.j.dump(), "up lo\n") {
+		t.Errorf("the network was not configured after the failure:\n%s", tm.j.dump())
 	}
 }

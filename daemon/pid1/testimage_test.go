@@ -108,38 +108,73 @@ func TestTestImageWithoutTestBinary(t *testing.T) {
 	}
 }
 
-// TestPanicProbe: edgegate.test.panic=2 makes a component panic twice; the supervisor
-// restarts it, the machine stays up, and a test inside the guest can see the panics in
-// the kernel log (here the test reads the fake root's dev/kmsg, as a guest test would
+// TestDaemonPanics: edgegate.test.panic=2 makes the daemon panic after each of its first two
+// syncs; the supervisor restarts it, the machine stays up, EDGEGATE-READY comes once, and
+// the test runs only after the third start has synced, so a test inside the guest sees a
+// restarted daemon (here the test reads the fake root's dev/kmsg, as a guest test would
 // read /dev/kmsg).
-func TestPanicProbe(t *testing.T) {
+func TestDaemonPanics(t *testing.T) {
 	tm := newTestMachine(t, map[string]string{
 		"/proc/cmdline": "edgegate.test=1 edgegate.test.panic=2",
 		testBinary: `#!/bin/sh
-for i in $(/usr/bin/seq 500); do
-	if [ "$(/bin/grep -c 'component panicked; restarting.*component=panic-probe' dev/kmsg)" -ge 2 ]; then
-		echo "saw 2 panics"
-		exit 0
-	fi
-	/bin/sleep 0.01
-done
+panics=$(/bin/grep -c 'component panicked; restarting.*component=daemon' dev/kmsg)
+if [ "$panics" -eq 2 ] && /bin/grep -q 'msg=synced start=3' dev/kmsg; then
+	echo "saw 2 panics, then the third start synced"
+	exit 0
+fi
+echo "saw $panics panics"
 exit 1
 `,
+	})
+	m := tm.boot()
+	starts := 0
+	daemon := Component{Name: daemonComponent, Run: func(ctx context.Context) error {
+		starts++
+		m.Log().Info("synced", "start", starts)
+		m.Ready()
+		<-ctx.Done()
+		return nil
+	}}
+	wait := run(m, daemon)
+	<-tm.power.done
+	wait()
+	con := tm.console()
+	if got := between(con, "EDGEGATE-TEST-BEGIN", "EDGEGATE-TEST-EXIT 0\n"); got != "saw 2 panics, then the third start synced\n" {
+		t.Errorf("the guest test did not see the restarted daemon: %q\nconsole:\n%s", got, con)
+	}
+	if !strings.Contains(con, `panic="edgegate.test.panic: deliberate panic 2 of 2 after a sync"`) {
+		t.Errorf("the second panic is not logged:\n%s", con)
+	}
+	wantMarkers := "EDGEGATE-BOOT-START\nEDGEGATE-MODULES-LOADED n=0 failed=0\nEDGEGATE-READY\nEDGEGATE-TEST-BEGIN\nEDGEGATE-TEST-EXIT 0\nEDGEGATE-POWEROFF\n"
+	if diff := cmp.Diff(wantMarkers, tm.markers()); diff != "" {
+		t.Errorf("markers (-want +got):\n%s", diff)
+	}
+	var st ComponentStats
+	for _, c := range m.Components() {
+		if c.Name == daemonComponent {
+			st = c
+		}
+	}
+	if st.Panics != 2 || st.Restarts != 2 || starts != 3 {
+		t.Errorf("daemon stats %+v after %d starts, want 2 panics, 2 restarts, 3 starts", st, starts)
+	}
+}
+
+// TestPanicsWithoutDaemon: with no daemon to panic the test still runs, and the console
+// says why nothing panicked.
+func TestPanicsWithoutDaemon(t *testing.T) {
+	tm := newTestMachine(t, map[string]string{
+		"/proc/cmdline": "edgegate.test=1 edgegate.test.panic=1",
+		testBinary:      "#!/bin/sh\necho ok\n",
 	})
 	m := tm.boot()
 	wait := run(m)
 	<-tm.power.done
 	wait()
-	if got := between(tm.console(), "EDGEGATE-TEST-BEGIN", "EDGEGATE-TEST-EXIT 0\n"); got != "saw 2 panics\n" {
-		t.Errorf("the guest test did not see the panics: %q\nconsole:\n%s", got, tm.console())
+	if got := between(tm.console(), "EDGEGATE-TEST-BEGIN", "EDGEGATE-TEST-EXIT 0\n"); got != "ok\n" {
+		t.Errorf("test output %q, want \"ok\\n\"; console:\n%s", got, tm.console())
 	}
-	var probe ComponentStats
-	for _, st := range m.Components() {
-		if st.Name == "panic-probe" {
-			probe = st
-		}
-	}
-	if probe.Panics != 2 || probe.Restarts != 2 {
-		t.Errorf("panic-probe stats %+v, want 2 panics and 2 restarts", probe)
+	if !strings.Contains(tm.console(), `msg="edgegate.test.panic: no daemon runs; nothing to panic" panics=1`) {
+		t.Errorf("console:\n%s", tm.console())
 	}
 }

@@ -1,0 +1,170 @@
+// Package board describes the machines edgegate firmware is built for: CPU architecture,
+// the Debian kernel package, the kernel modules that go into the initramfs, the serial
+// console and how QEMU emulates the board. The board files live beside this package
+// (board/<name>/board.yaml, shared module sets in board/modules/<set>.yaml) and are embedded,
+// so tests and tools anywhere in the module load them by name.
+package board
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed */board.yaml modules/*.yaml
+var files embed.FS
+
+// ErrUnknown is returned by Load for a board that has no board file.
+var ErrUnknown = errors.New("unknown board")
+
+// Board is one machine the firmware is built for.
+type Board struct {
+	// Name is the board's directory name, e.g. "qemu-x86_64".
+	Name string `json:"name"`
+	// Description says what hardware the board stands for.
+	Description string `json:"description"`
+	// Arch is the Go and Debian architecture: amd64 or arm64.
+	Arch string `json:"arch"`
+	// Kernel is the Debian metapackage that names the kernel, e.g. linux-image-cloud-amd64.
+	// The build resolves it to the ABI package (linux-image-6.1.0-NN-cloud-amd64) and
+	// records what it used: the ABI name changes with every Debian point release.
+	Kernel string `json:"kernel"`
+	// Console is the serial console device without /dev, e.g. ttyS0.
+	Console string `json:"console"`
+	// ModuleSets names shared module lists from board/modules/<set>.yaml.
+	ModuleSets []string `json:"moduleSets"`
+	// Modules are this board's own modules (NIC drivers, watchdogs), by module name.
+	Modules []string `json:"modules"`
+	// QEMU says how to emulate the board.
+	QEMU QEMU `json:"qemu"`
+}
+
+// QEMU is how a board runs under emulation (always TCG: KVM is not usable on the build
+// machines, see FIELD-NOTES.md).
+type QEMU struct {
+	// Binary is the qemu-system program, e.g. qemu-system-x86_64.
+	Binary string `json:"binary"`
+	// Package is the Debian package that ships Binary.
+	Package string `json:"package"`
+	// Machine is the -M value, e.g. pc or virt.
+	Machine string `json:"machine"`
+	// CPU is the -cpu value.
+	CPU string `json:"cpu"`
+	// MemoryMiB is the guest RAM (-m).
+	MemoryMiB int `json:"memoryMiB"`
+	// NIC is the -device model used for each guest network interface, e.g. virtio-net-pci.
+	NIC string `json:"nic"`
+}
+
+// moduleSet is the content of board/modules/<set>.yaml.
+type moduleSet struct {
+	Modules []string `json:"modules"`
+}
+
+// Names returns the names of all boards, sorted.
+func Names() []string {
+	entries, err := fs.Glob(files, "*/board.yaml")
+	if err != nil {
+		// The pattern is a constant and valid; Glob only fails on a bad pattern.
+		panic(err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, path.Dir(e))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Load reads and validates the board called name.
+func Load(name string) (Board, error) {
+	if !slices.Contains(Names(), name) {
+		return Board{}, fmt.Errorf("board %q: %w (have %s)", name, ErrUnknown, strings.Join(Names(), ", "))
+	}
+	raw, err := files.ReadFile(path.Join(name, "board.yaml"))
+	if err != nil {
+		return Board{}, fmt.Errorf("board %q: %w", name, err)
+	}
+	var b Board
+	if err := yaml.UnmarshalStrict(raw, &b); err != nil {
+		return Board{}, fmt.Errorf("board %q: %w", name, err)
+	}
+	if b.Name != name {
+		return Board{}, fmt.Errorf("board %q: file says name %q", name, b.Name)
+	}
+	if err := b.validate(); err != nil {
+		return Board{}, fmt.Errorf("board %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// AllModules returns the board's module sets followed by its own modules, without
+// duplicates, in the order the board file gives them.
+func (b Board) AllModules() ([]string, error) {
+	var all []string
+	for _, set := range b.ModuleSets {
+		raw, err := files.ReadFile(path.Join("modules", set+".yaml"))
+		if err != nil {
+			return nil, fmt.Errorf("module set %q: %w", set, err)
+		}
+		var s moduleSet
+		if err := yaml.UnmarshalStrict(raw, &s); err != nil {
+			return nil, fmt.Errorf("module set %q: %w", set, err)
+		}
+		all = append(all, s.Modules...)
+	}
+	all = append(all, b.Modules...)
+	seen := map[string]bool{}
+	out := all[:0]
+	for _, m := range all {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// KernelArgs are the kernel command line arguments every boot of this board gets
+// (the firmware contract): the serial console, reboot at once on panic (QEMU runs with
+// -no-reboot, so a panic ends the emulator instead of hanging), and a quiet console.
+func (b Board) KernelArgs() []string {
+	return []string{"console=" + b.Console, "panic=-1", "quiet"}
+}
+
+func (b Board) validate() error {
+	switch b.Arch {
+	case "amd64", "arm64":
+	default:
+		return fmt.Errorf("arch %q: want amd64 or arm64", b.Arch)
+	}
+	if !strings.HasPrefix(b.Kernel, "linux-image-") {
+		return fmt.Errorf("kernel %q: want a Debian linux-image-* metapackage", b.Kernel)
+	}
+	if b.Console == "" {
+		return errors.New("no console")
+	}
+	q := b.QEMU
+	if q.Binary == "" || q.Package == "" || q.Machine == "" || q.CPU == "" || q.NIC == "" {
+		return errors.New("qemu: binary, package, machine, cpu and nic are required")
+	}
+	if q.MemoryMiB < 128 {
+		return fmt.Errorf("qemu: memoryMiB %d: want at least 128", q.MemoryMiB)
+	}
+	mods, err := b.AllModules()
+	if err != nil {
+		return err
+	}
+	for _, m := range mods {
+		if m == "" || strings.ContainsAny(m, "/ \t") {
+			return fmt.Errorf("module %q: want a module name", m)
+		}
+	}
+	return nil
+}

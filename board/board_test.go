@@ -1,0 +1,82 @@
+package board
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestBoardsLoad(t *testing.T) {
+	names := Names()
+	for _, want := range []string{"generic-arm64", "pc-x86_64", "qemu-arm64", "qemu-x86_64"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("Names() = %v, missing %s", names, want)
+		}
+	}
+	// The kernel package, the QEMU binary and the console must agree with the arch: a board
+	// file copied from the other arch and half edited would otherwise boot the wrong kernel.
+	perArch := map[string]struct{ kernelSuffix, qemu, console string }{
+		"amd64": {"-amd64", "qemu-system-x86_64", "ttyS0"},
+		"arm64": {"-arm64", "qemu-system-aarch64", "ttyAMA0"},
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			b, err := Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := perArch[b.Arch]
+			if !strings.HasSuffix(b.Kernel, want.kernelSuffix) {
+				t.Errorf("kernel %s does not end in %s", b.Kernel, want.kernelSuffix)
+			}
+			if b.QEMU.Binary != want.qemu {
+				t.Errorf("qemu binary %s, want %s", b.QEMU.Binary, want.qemu)
+			}
+			if b.Console != want.console {
+				t.Errorf("console %s, want %s", b.Console, want.console)
+			}
+			mods, err := b.AllModules()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"nf_tables", "ip_vs", "nf_conntrack", "virtio_net", "efivarfs"} {
+				if !slices.Contains(mods, m) {
+					t.Errorf("modules lack %s", m)
+				}
+			}
+			seen := map[string]bool{}
+			for _, m := range mods {
+				if seen[m] {
+					t.Errorf("module %s listed twice", m)
+				}
+				seen[m] = true
+			}
+			if args := strings.Join(b.KernelArgs(), " "); !strings.Contains(args, "console="+b.Console) {
+				t.Errorf("kernel args %q lack the console", args)
+			}
+		})
+	}
+}
+
+func TestLoadUnknown(t *testing.T) {
+	_, err := Load("no-such-board")
+	if !errors.Is(err, ErrUnknown) {
+		t.Fatalf("Load(no-such-board) = %v, want ErrUnknown", err)
+	}
+}
+
+func TestAllModulesKeepsOrderAndDropsDuplicates(t *testing.T) {
+	b := Board{ModuleSets: []string{"virtio"}, Modules: []string{"e1000e", "virtio_net", "igb"}}
+	got, err := b.AllModules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"virtio_pci", "virtio_net", "virtio_blk", "e1000e", "igb"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("AllModules() = %v, want %v", got, want)
+	}
+	if _, err := (Board{ModuleSets: []string{"nope"}}).AllModules(); err == nil {
+		t.Fatal("AllModules with an unknown set succeeded")
+	}
+}

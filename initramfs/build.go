@@ -1,0 +1,159 @@
+package initramfs
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/edgegate/edgegate/board"
+	"github.com/edgegate/edgegate/board/debian"
+)
+
+// Where things go in the image (the firmware contract).
+const (
+	initPath      = "/init"
+	boardPath     = "/etc/edgegate/board"
+	configPath    = "/etc/edgegate/config.yaml"
+	manifestsDir  = "/etc/edgegate/manifests"
+	testPath      = "/edgegate-test"
+	testArgsPath  = "/etc/edgegate/test"
+	moduleRootDir = "/lib/modules"
+	// OrderFile is the load order file's name inside /lib/modules/<release>: one module
+	// path per line, relative to that directory, dependencies first.
+	OrderFile = "edgegate.order"
+)
+
+// Spec says what goes into one initramfs.
+type Spec struct {
+	// Board gives the arch (checked against the binaries) and the module list.
+	Board board.Board
+	// Kernel is the unpacked kernel package the modules come from.
+	Kernel debian.Kernel
+	// Init is the static binary that becomes /init (PID 1).
+	Init string
+	// Config, when set, is a daemon config file baked in as /etc/edgegate/config.yaml.
+	Config string
+	// Manifests, when set, is a directory whose manifest files (*.yaml, *.yml, *.json, as
+	// the daemon's manifests source reads them) go to /etc/edgegate/manifests/.
+	Manifests string
+	// TestBinary, when set, is a Go test binary baked in as /edgegate-test, for test images
+	// booted with edgegate.test=1; TestArgs is its argument line.
+	TestBinary string
+	TestArgs   []string
+}
+
+// Build resolves the board's modules against the kernel and assembles the image.
+func Build(spec Spec) (*Image, Modules, error) {
+	names, err := spec.Board.AllModules()
+	if err != nil {
+		return nil, Modules{}, err
+	}
+	mods, err := ResolveModules(spec.Kernel.ModulesDir(), names)
+	if err != nil {
+		return nil, Modules{}, err
+	}
+	im := NewImage()
+	if err := addBinary(im, initPath, spec.Init, spec.Board.Arch); err != nil {
+		return nil, Modules{}, err
+	}
+	moduleDir := path.Join(moduleRootDir, spec.Kernel.Release)
+	var order strings.Builder
+	for _, m := range mods.Order {
+		if err := im.Add(path.Join(moduleDir, m.Path), m.Image, 0o644); err != nil {
+			return nil, Modules{}, err
+		}
+		order.WriteString(m.Path + "\n")
+	}
+	if err := im.Add(path.Join(moduleDir, OrderFile), []byte(order.String()), 0o644); err != nil {
+		return nil, Modules{}, err
+	}
+	if err := im.Add(boardPath, []byte(spec.Board.Name+"\n"), 0o644); err != nil {
+		return nil, Modules{}, err
+	}
+	if spec.Config != "" {
+		if err := addFile(im, configPath, spec.Config, 0o644); err != nil {
+			return nil, Modules{}, err
+		}
+	}
+	if spec.Manifests != "" {
+		if err := addManifests(im, spec.Manifests); err != nil {
+			return nil, Modules{}, err
+		}
+	}
+	if spec.TestBinary != "" {
+		if err := addBinary(im, testPath, spec.TestBinary, spec.Board.Arch); err != nil {
+			return nil, Modules{}, err
+		}
+		for _, a := range spec.TestArgs {
+			if a == "" || strings.ContainsAny(a, " \t\n") {
+				return nil, Modules{}, fmt.Errorf("test argument %q: the argument line is split on spaces", a)
+			}
+		}
+		if err := im.Add(testArgsPath, []byte(strings.Join(spec.TestArgs, " ")+"\n"), 0o644); err != nil {
+			return nil, Modules{}, err
+		}
+	} else if len(spec.TestArgs) > 0 {
+		return nil, Modules{}, fmt.Errorf("test arguments without a test binary")
+	}
+	return im, mods, nil
+}
+
+func addFile(im *Image, name, src string, perm os.FileMode) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	return im.Add(name, data, perm)
+}
+
+// addBinary adds a program after checking that it can run as the first process of a
+// kernel of this arch: the right ELF machine, and no program interpreter (there is no
+// libc in the image, so a cgo binary would fail with a bare ENOENT at boot).
+func addBinary(im *Image, name, src, arch string) error {
+	f, err := elf.Open(src)
+	if err != nil {
+		return fmt.Errorf("initramfs: %s: %w", name, err)
+	}
+	defer f.Close()
+	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]
+	if f.Machine != want {
+		return fmt.Errorf("initramfs: %s: %s is built for %v, the board is %s", name, src, f.Machine, arch)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("initramfs: %s: %s is dynamically linked (build it with CGO_ENABLED=0)", name, src)
+		}
+	}
+	return addFile(im, name, src, 0o755)
+}
+
+// addManifests copies the manifest files at the top of dir, the ones the daemon's
+// manifests source reads.
+func addManifests(im *Image, dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("initramfs: manifests: %w", err)
+	}
+	n := 0
+	for _, e := range entries {
+		switch filepath.Ext(e.Name()) {
+		case ".yaml", ".yml", ".json":
+		default:
+			continue
+		}
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if err := addFile(im, path.Join(manifestsDir, e.Name()), filepath.Join(dir, e.Name()), 0o644); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("initramfs: manifests: no *.yaml, *.yml or *.json files in %s", dir)
+	}
+	return nil
+}

@@ -1,0 +1,332 @@
+// Package qemu boots edgegate firmware (a board's kernel + initramfs) under QEMU with TCG
+// and reads the guest's serial console: tests wait for the firmware contract's console
+// markers, run Go test binaries inside the guest and report their results as host
+// subtests. Guests never get a network to the outside: no NIC (-nic none), or NICs on
+// backends the caller gives (unix-socket links between guests, a tap inside a test's
+// network namespace); user-mode networking only with restrict=on.
+package qemu
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgegate/edgegate/board"
+)
+
+// Errors a VM's waits return.
+var (
+	// ErrTimeout means the VM's deadline passed and QEMU was killed.
+	ErrTimeout = errors.New("qemu: deadline passed, QEMU killed")
+	// ErrExited means QEMU ended before the awaited console line appeared.
+	ErrExited = errors.New("qemu: exited")
+	// ErrKernelPanic means the guest kernel panicked (with panic=-1 and -no-reboot QEMU
+	// then exits 0, so the exit code alone does not tell).
+	ErrKernelPanic = errors.New("qemu: guest kernel panic")
+)
+
+// Options describe one VM.
+type Options struct {
+	// Board gives the QEMU binary, machine, CPU, memory, NIC model and console.
+	Board board.Board
+	// Kernel and Initramfs are the firmware's files.
+	Kernel, Initramfs string
+	// Cmdline are kernel arguments added after the board's own (console, panic=-1, quiet),
+	// e.g. edgegate.test=1 or edgegate.ip=eth0:10.0.2.15/24.
+	Cmdline []string
+	// NICs are the guest's network interfaces, eth0 first. None means -nic none.
+	NICs []NIC
+	// Timeout bounds the VM's life: when it passes QEMU is killed and every wait fails
+	// with ErrTimeout. Required: a hung guest must fail a test, not stall it.
+	Timeout time.Duration
+	// Console, when set, gets each console line as it arrives (a test's t.Log).
+	Console func(line string)
+}
+
+// NIC is one guest network interface.
+type NIC struct {
+	// Netdev is QEMU's -netdev value without the id, e.g.
+	// "stream,server=off,addr.type=unix,addr.path=/tmp/link.sock" or
+	// "tap,ifname=tap0,script=no,downscript=no".
+	Netdev string
+	// MAC is the interface's address; empty lets QEMU pick one.
+	MAC string
+}
+
+// Line is one console line.
+type Line struct {
+	// Text is the line without its line ending.
+	Text string
+	// At is when it arrived, measured from QEMU's start.
+	At time.Duration
+	// N is its index in the console (VM.Lines).
+	N int
+}
+
+// VM is a running QEMU.
+type VM struct {
+	args    []string
+	cmd     *exec.Cmd
+	started time.Time
+	stderr  bytes.Buffer // QEMU's own messages, guarded by mu after start
+
+	mu       sync.Mutex
+	changed  *sync.Cond // broadcast on every new line and on exit
+	lines    []Line
+	cursor   int  // WaitFor searches from here
+	exited   bool // QEMU has ended and the console is fully read
+	timedOut bool
+	elapsed  time.Duration // from start to exit
+	exitCode int
+	waitErr  error
+
+	stopTimer func() bool
+	stopCtx   func() bool
+}
+
+// Args returns QEMU's command line for opts.
+func Args(opts Options) ([]string, error) {
+	q := opts.Board.QEMU
+	args := []string{
+		"-M", q.Machine, "-accel", "tcg", "-cpu", q.CPU, "-m", fmt.Sprint(q.MemoryMiB),
+		"-nographic", "-no-reboot",
+		"-kernel", opts.Kernel, "-initrd", opts.Initramfs,
+		"-append", strings.Join(append(opts.Board.KernelArgs(), opts.Cmdline...), " "),
+	}
+	if len(opts.NICs) == 0 {
+		return append(args, "-nic", "none"), nil
+	}
+	for i, nic := range opts.NICs {
+		if err := checkNetdev(nic.Netdev); err != nil {
+			return nil, err
+		}
+		id := fmt.Sprintf("net%d", i)
+		// romfile= skips loading the iPXE option ROM: nothing here network-boots.
+		dev := fmt.Sprintf("%s,netdev=%s,romfile=", q.NIC, id)
+		if nic.MAC != "" {
+			dev += ",mac=" + nic.MAC
+		}
+		args = append(args, "-netdev", nic.Netdev+",id="+id, "-device", dev)
+	}
+	return args, nil
+}
+
+// checkNetdev refuses backends that would reach the outside: user-mode networking is
+// allowed only with restrict=on (no traffic leaves the emulator).
+func checkNetdev(netdev string) error {
+	opts := strings.Split(netdev, ",")
+	if opts[0] == "" {
+		return errors.New("qemu: NIC without a netdev backend")
+	}
+	for _, o := range opts[1:] {
+		if strings.HasPrefix(o, "id=") {
+			return fmt.Errorf("qemu: netdev %q: the harness sets the id", netdev)
+		}
+	}
+	if opts[0] != "user" {
+		return nil
+	}
+	for _, o := range opts[1:] {
+		if o == "restrict=on" || o == "restrict=yes" {
+			return nil
+		}
+	}
+	return fmt.Errorf("qemu: netdev %q: user-mode networking reaches the outside; add restrict=on", netdev)
+}
+
+// Start boots a VM. It runs until the guest powers off, opts.Timeout passes, ctx ends or
+// Kill is called.
+func Start(ctx context.Context, opts Options) (*VM, error) {
+	if opts.Timeout <= 0 {
+		return nil, errors.New("qemu: Options.Timeout is required")
+	}
+	args, err := Args(opts)
+	if err != nil {
+		return nil, err
+	}
+	vm := &VM{args: append([]string{opts.Board.QEMU.Binary}, args...)}
+	vm.changed = sync.NewCond(&vm.mu)
+	vm.cmd = exec.Command(opts.Board.QEMU.Binary, args...)
+	vm.cmd.Stderr = lockedWriter{mu: &vm.mu, w: &vm.stderr}
+	console, err := vm.cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	vm.started = time.Now()
+	if err := vm.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	timer := time.AfterFunc(opts.Timeout, func() {
+		vm.mu.Lock()
+		vm.timedOut = !vm.exited
+		vm.mu.Unlock()
+		vm.Kill()
+	})
+	vm.stopTimer = timer.Stop
+	vm.stopCtx = context.AfterFunc(ctx, vm.Kill)
+	go vm.read(console, opts.Console)
+	return vm, nil
+}
+
+// read collects console lines until QEMU closes its output, then reaps QEMU.
+func (vm *VM) read(console io.Reader, echo func(string)) {
+	r := bufio.NewReader(console)
+	for {
+		text, err := r.ReadString('\n')
+		if text != "" {
+			text = strings.TrimRight(text, "\r\n")
+			if echo != nil {
+				echo(text)
+			}
+			vm.mu.Lock()
+			vm.lines = append(vm.lines, Line{Text: text, At: time.Since(vm.started), N: len(vm.lines)})
+			vm.changed.Broadcast()
+			vm.mu.Unlock()
+		}
+		if err != nil {
+			break
+		}
+	}
+	err := vm.cmd.Wait()
+	vm.stopTimer()
+	vm.stopCtx()
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	vm.exited = true
+	vm.elapsed = time.Since(vm.started)
+	vm.exitCode = vm.cmd.ProcessState.ExitCode()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		vm.waitErr = err
+	}
+	vm.changed.Broadcast()
+}
+
+// WaitFor blocks until a console line containing marker arrives and returns it. The
+// search starts after the line the previous WaitFor returned, so repeated markers
+// (one EDGEGATE-NET-UP per address) are read one by one. It fails when QEMU exits or is
+// killed first.
+func (vm *VM) WaitFor(marker string) (Line, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	for {
+		for ; vm.cursor < len(vm.lines); vm.cursor++ {
+			if l := vm.lines[vm.cursor]; strings.Contains(l.Text, marker) {
+				vm.cursor++
+				return l, nil
+			}
+		}
+		if vm.exited {
+			return Line{}, fmt.Errorf("waiting for %q: %w", marker, vm.endLocked())
+		}
+		vm.changed.Wait()
+	}
+}
+
+// Wait blocks until QEMU ends and returns its exit code. The error is ErrTimeout when the
+// deadline killed it, ErrKernelPanic when the guest panicked, nil otherwise (the exit
+// code then says how QEMU ended: 0 after the guest powered off).
+func (vm *VM) Wait() (int, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	for !vm.exited {
+		vm.changed.Wait()
+	}
+	switch {
+	case vm.timedOut:
+		return vm.exitCode, vm.endLocked()
+	case vm.waitErr != nil:
+		return vm.exitCode, fmt.Errorf("qemu: %w", vm.waitErr)
+	}
+	if l, ok := vm.panicLocked(); ok {
+		return vm.exitCode, fmt.Errorf("%w: %s", ErrKernelPanic, l.Text)
+	}
+	return vm.exitCode, nil
+}
+
+// endLocked describes why the VM ended, with the end of the console and QEMU's stderr.
+func (vm *VM) endLocked() error {
+	var cause error
+	switch l, panicked := vm.panicLocked(); {
+	case vm.timedOut:
+		cause = ErrTimeout
+	case panicked:
+		cause = fmt.Errorf("%w: %s", ErrKernelPanic, l.Text)
+	default:
+		cause = fmt.Errorf("%w with code %d", ErrExited, vm.exitCode)
+	}
+	tail := vm.lines[max(0, len(vm.lines)-15):]
+	var b strings.Builder
+	for _, l := range tail {
+		b.WriteString("\n  | " + l.Text)
+	}
+	if s := strings.TrimSpace(vm.stderr.String()); s != "" {
+		b.WriteString("\n  qemu: " + s)
+	}
+	return fmt.Errorf("%w; console ends:%s", cause, b.String())
+}
+
+func (vm *VM) panicLocked() (Line, bool) {
+	for _, l := range vm.lines {
+		if strings.Contains(l.Text, "Kernel panic - not syncing") {
+			return l, true
+		}
+	}
+	return Line{}, false
+}
+
+// Kill ends QEMU at once. Waits then fail unless QEMU had already exited.
+func (vm *VM) Kill() {
+	// An error here means the process is gone already, which is what Kill wants.
+	_ = vm.cmd.Process.Kill()
+}
+
+// Elapsed returns how long QEMU ran: from start to exit, or until now while it runs.
+func (vm *VM) Elapsed() time.Duration {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.exited {
+		return vm.elapsed
+	}
+	return time.Since(vm.started)
+}
+
+// Lines returns the console so far.
+func (vm *VM) Lines() []Line {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return append([]Line(nil), vm.lines...)
+}
+
+// Console returns the console so far as text.
+func (vm *VM) Console() string {
+	var b strings.Builder
+	for _, l := range vm.Lines() {
+		b.WriteString(l.Text + "\n")
+	}
+	return b.String()
+}
+
+// CommandLine returns the QEMU command the VM runs, for logs.
+func (vm *VM) CommandLine() []string {
+	return append([]string(nil), vm.args...)
+}
+
+// lockedWriter serialises QEMU's stderr writes with the VM's readers.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
