@@ -43,6 +43,9 @@ type Options struct {
 	Cmdline []string
 	// NICs are the guest's network interfaces, eth0 first. None means -nic none.
 	NICs []NIC
+	// Disks are raw disk images attached as virtio block devices, in order (vda, vdb, ...):
+	// a gateway's persistent data partition, for example.
+	Disks []Disk
 	// Timeout bounds the VM's life: when it passes QEMU is killed and every wait fails
 	// with ErrTimeout. Required: a hung guest must fail a test, not stall it.
 	Timeout time.Duration
@@ -58,6 +61,14 @@ type NIC struct {
 	Netdev string
 	// MAC is the interface's address; empty lets QEMU pick one.
 	MAC string
+}
+
+// Disk is one virtio block device backed by a raw image file.
+type Disk struct {
+	// Path is the image file.
+	Path string
+	// ReadOnly attaches it read-only.
+	ReadOnly bool
 }
 
 // Line is one console line.
@@ -99,6 +110,16 @@ func Args(opts Options) ([]string, error) {
 		"-nographic", "-no-reboot",
 		"-kernel", opts.Kernel, "-initrd", opts.Initramfs,
 		"-append", strings.Join(append(opts.Board.KernelArgs(), opts.Cmdline...), " "),
+	}
+	for _, d := range opts.Disks {
+		if d.Path == "" || strings.Contains(d.Path, ",") {
+			return nil, fmt.Errorf("qemu: disk %q: the path must be set and hold no comma", d.Path)
+		}
+		drive := "file=" + d.Path + ",format=raw,if=virtio"
+		if d.ReadOnly {
+			drive += ",readonly=on"
+		}
+		args = append(args, "-drive", drive)
 	}
 	if len(opts.NICs) == 0 {
 		return append(args, "-nic", "none"), nil

@@ -143,3 +143,23 @@ func TestArgs(t *testing.T) {
 		}
 	}
 }
+
+func TestDiskArgs(t *testing.T) {
+	b, err := board.Load("qemu-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := Args(Options{Board: b, Disks: []Disk{{Path: "/tmp/data.img"}, {Path: "/tmp/ro.img", ReadOnly: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(args, " ")
+	if want := "-drive file=/tmp/data.img,format=raw,if=virtio -drive file=/tmp/ro.img,format=raw,if=virtio,readonly=on"; !strings.Contains(got, want) {
+		t.Errorf("args %q lack %q", got, want)
+	}
+	for _, p := range []string{"", "/tmp/a,b.img"} {
+		if _, err := Args(Options{Board: b, Disks: []Disk{{Path: p}}}); err == nil {
+			t.Errorf("disk %q accepted", p)
+		}
+	}
+}
