@@ -28,7 +28,7 @@ firmware:
 	$(GO) run ./initramfs/cmd/mkinitramfs -board $(BOARD) -init $(FIRMWARE_INIT) -cache $(KERNEL_CACHE) -out $(FIRMWARE_DIR)
 
 deps-qemu:
-	@hack/deps.sh qemu-system-x86:qemu-system-x86_64 qemu-system-arm:qemu-system-aarch64
+	@hack/deps.sh qemu-system-x86:qemu-system-x86_64 qemu-system-arm:qemu-system-aarch64 e2fsprogs:mke2fs
 
 # TestBootSmoke boots every board with the harness's stand-in PID 1 (every module of the
 # board loaded, a Go test binary run in the guest). TestFirmwareBoot boots qemu-x86_64 and

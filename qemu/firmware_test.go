@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -44,12 +45,14 @@ var (
 
 // TestFirmwareBoot builds the real firmware of each QEMU board (edgegate as /init, the
 // standalone manifests of testdata/firmwaretest/manifests baked in, the guest test
-// testdata/firmwaretest as /edgegate-test) and boots it twice: once plainly, once with the
-// daemon panicking after its syncs (edgegate.test.panic). Both times the console must show
-// the firmware contract's markers in order, every module loaded, the NIC up with its
-// address, EDGEGATE-READY before the guest test, the guest test passing (PID 1, modules,
-// NIC, rules, TCP through the ClusterIP between namespaces inside the guest) and a clean
-// power-off with no kernel trouble.
+// testdata/firmwaretest as /edgegate-test) and boots it twice: once with a persistent data
+// disk, once without one and with the daemon panicking after its syncs
+// (edgegate.test.panic). Both times the console must show the firmware contract's markers
+// in order, every module loaded, the data partition mounted (or said to be absent), the NIC
+// up with its address, EDGEGATE-READY before the guest test, the guest test passing (PID 1,
+// modules, NIC, data partition, rules, TCP through the ClusterIP between namespaces inside
+// the guest) and a clean power-off with no kernel trouble; the data disk must come back
+// clean, holding what the guest wrote.
 func TestFirmwareBoot(t *testing.T) {
 	for _, name := range firmwareBoards {
 		t.Run(name, func(t *testing.T) {
@@ -110,23 +113,29 @@ func TestFirmwareBoot(t *testing.T) {
 				b.Name, fw.Info.Kernel.Package, fw.Info.Kernel.Version, len(fw.Info.Modules.LoadOrder),
 				release.Info.Initramfs.Size, float64(release.Info.Initramfs.Size)/(1<<20), fw.Info.Initramfs.Size,
 				buildTime.Round(time.Millisecond))
-			t.Run("boot", func(t *testing.T) { bootFirmware(ctx, t, b, fw, 0) })
-			t.Run("panic", func(t *testing.T) { bootFirmware(ctx, t, b, fw, firmwarePanics) })
+			t.Run("boot", func(t *testing.T) { bootFirmware(ctx, t, b, fw, 0, makeDataDisk(ctx, t)) })
+			t.Run("panic", func(t *testing.T) { bootFirmware(ctx, t, b, fw, firmwarePanics, "") })
 		})
 	}
 }
 
 // bootFirmware boots fw once (with the daemon panicking panics times after its syncs when
-// panics > 0) and checks the console from the first marker to QEMU's exit.
-func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs.Firmware, panics int) {
+// panics > 0, with disk as its data disk when set) and checks the console from the first
+// marker to QEMU's exit, then the disk.
+func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs.Firmware, panics int, disk string) {
 	cmdline := []string{"edgegate.test=1", "edgegate.ip=eth0:" + guestAddr}
 	if panics > 0 {
 		cmdline = append(cmdline, fmt.Sprintf("edgegate.test.panic=%d", panics))
+	}
+	var disks []Disk
+	if disk != "" {
+		disks = append(disks, Disk{Path: disk})
 	}
 	vm, err := Start(ctx, Options{
 		Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(), Cmdline: cmdline,
 		// A NIC with no way out: user-mode networking restricted to the emulator itself.
 		NICs:    []NIC{{Netdev: "user,restrict=on"}},
+		Disks:   disks,
 		Timeout: 4 * time.Minute,
 		Console: func(line string) { t.Log("console: " + line) },
 	})
@@ -143,6 +152,18 @@ func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs
 		t.Fatal(err)
 	}
 	checkModules(t, fw, loaded, vm.Lines()[start.N:loaded.N])
+	dataAt := "none"
+	if disk != "" {
+		// Between the modules (virtio_blk) and the network.
+		data, err := vm.WaitFor("EDGEGATE-DATA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data.Text != dataMarker {
+			t.Errorf("%q, want %q", data.Text, dataMarker)
+		}
+		dataAt = data.At.Round(time.Millisecond).String()
+	}
 	netUp, err := vm.WaitFor("EDGEGATE-NET-UP")
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +200,7 @@ func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs
 	if panics > 0 {
 		checkDaemonPanics(t, panics, lines[ready.N:])
 	}
+	checkDataLog(t, disk != "", lines)
 	// The daemon started once, and once more after each panic, all before the test.
 	starts := 0
 	for _, l := range lines[start.N:] {
@@ -193,10 +215,153 @@ func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs
 		t.Errorf("the daemon started %d times before the test, want %d", starts, panics+1)
 	}
 	t.Logf("%s (edgegate.test.panic=%d): boot-to-ready %v (QEMU start to EDGEGATE-READY); /init at %v, "+
-		"modules loaded at %v, eth0 up at %v; guest test exited %d; power-off at %v, QEMU exited after %v",
+		"modules loaded at %v, data partition mounted at %s, eth0 up at %v; guest test exited %d; power-off at %v, QEMU exited after %v",
 		b.Name, panics, ready.At.Round(time.Millisecond), start.At.Round(time.Millisecond),
-		loaded.At.Round(time.Millisecond), netUp.At.Round(time.Millisecond), guest.ExitCode,
+		loaded.At.Round(time.Millisecond), dataAt, netUp.At.Round(time.Millisecond), guest.ExitCode,
 		exit.At.Round(time.Millisecond), vm.Elapsed().Round(time.Millisecond))
+	if disk != "" {
+		checkDataDisk(ctx, t, disk)
+	}
+}
+
+// The data disk of the "boot" run, made as an installer would make the data partition,
+// and read back after the power-off. testdata/firmwaretest/datapart_test.go checks the
+// guest's side.
+const (
+	dataMarker = "EDGEGATE-DATA /dev/vda /var/lib/edgegate"
+	// dataConfig is the partition's config.yaml: it moves the daemon's healthz, which the
+	// guest test sees, and keeps it standalone on the baked manifests.
+	dataConfig = "healthzBindAddress: 127.0.0.1:10257\n"
+	// What the guest test writes there, without fsync (the same two constants are there).
+	guestFile        = "/written-by-the-guest-test"
+	guestFileContent = "written inside the guest before the power-off\n"
+)
+
+// PID 1's lines about the data partition.
+const (
+	noDataLog     = `msg="no persistent data partition; state lives in memory until power-off"`
+	dataConfigLog = `msg="daemon configuration" file=/var/lib/edgegate/config.yaml from="data partition"`
+	dataUnmounted = `msg=unmounted target=/var/lib/edgegate dev=/dev/vda`
+)
+
+// e2fsTool finds an e2fsprogs command (in /usr/sbin, which a user's PATH may lack).
+func e2fsTool(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if p := filepath.Join(dir, name); isExecutable(p) {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s not found: install Debian's e2fsprogs (make deps-qemu)", name)
+	}
+	t.Skipf("%s not found: install Debian's e2fsprogs (make deps-qemu)", name)
+	return ""
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// makeDataDisk makes a 16 MiB disk holding an ext4 file system labelled edgegate-data (no
+// partition table: PID 1 finds it by the label) with dataConfig as its config.yaml,
+// without root.
+func makeDataDisk(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	mke2fs := e2fsTool(t, "mke2fs")
+	content := t.TempDir()
+	if err := os.WriteFile(filepath.Join(content, "config.yaml"), []byte(dataConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(t.TempDir(), "data.img")
+	// -e continue (mke2fs's default, spelled out) lets the guest test tell PID 1's
+	// errors=remount-ro from the file system's own setting.
+	out, err := exec.CommandContext(ctx, mke2fs, "-q", "-t", "ext4", "-L", "edgegate-data", "-e", "continue", "-d", content, img, "16M").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mke2fs: %v\n%s", err, out)
+	}
+	return img
+}
+
+// checkDataLog: with a disk the console says the daemon got the partition's configuration
+// and the partition was unmounted at power-off; without one it says there is none, once,
+// and no EDGEGATE-DATA marker comes.
+func checkDataLog(t *testing.T, withDisk bool, lines []Line) {
+	t.Helper()
+	count := func(s string) int {
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l.Text, s) {
+				n++
+			}
+		}
+		return n
+	}
+	if !withDisk {
+		if n := count(noDataLog); n != 1 {
+			t.Errorf("%d console lines %s, want 1", n, noDataLog)
+		}
+		if n := count("EDGEGATE-DATA"); n != 0 {
+			t.Errorf("%d EDGEGATE-DATA markers without a disk", n)
+		}
+		return
+	}
+	for _, want := range []string{dataConfigLog, dataUnmounted} {
+		if count(want) != 1 {
+			t.Errorf("no console line %s", want)
+		}
+	}
+	if n := count(noDataLog); n != 0 {
+		t.Errorf("the console says there is no data partition")
+	}
+}
+
+// checkDataDisk reads the data disk after the power-off: its file system is consistent
+// (e2fsck -fn), was unmounted cleanly (no needs_recovery feature: e2fsck -n skips the
+// journal and passes without the unmount, as a run with the unmount left out showed), and
+// holds what the guest test wrote without fsync, which only PID 1's sync took to the disk
+// (debugfs reads through the journal, so the file shows even without the unmount).
+func checkDataDisk(ctx context.Context, t *testing.T, img string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, e2fsTool(t, "e2fsck"), "-fn", img).CombinedOutput()
+	if err != nil {
+		t.Errorf("e2fsck -fn %s: %v\n%s", img, err, out)
+	} else {
+		t.Logf("e2fsck -fn: exit 0, %s", lastLine(out))
+	}
+	out, err = exec.CommandContext(ctx, e2fsTool(t, "dumpe2fs"), "-h", img).Output()
+	if err != nil {
+		t.Fatalf("dumpe2fs -h %s: %v", img, err)
+	}
+	var state, features string
+	for _, l := range strings.Split(string(out), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		switch k {
+		case "Filesystem state":
+			state = strings.TrimSpace(v)
+		case "Filesystem features":
+			features = strings.TrimSpace(v)
+		}
+	}
+	if state != "clean" || slices.Contains(strings.Fields(features), "needs_recovery") {
+		t.Errorf("the data file system was not unmounted cleanly: state %q, features %q", state, features)
+	}
+	out, err = exec.CommandContext(ctx, e2fsTool(t, "debugfs"), "-R", "cat "+guestFile, img).Output()
+	if err != nil {
+		t.Fatalf("debugfs cat %s: %v", guestFile, err)
+	}
+	if string(out) != guestFileContent {
+		t.Errorf("%s on the disk holds %q, want %q", guestFile, out, guestFileContent)
+	}
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 // checkModules reads the module marker: nothing failed, and every module of the load order

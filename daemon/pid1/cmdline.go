@@ -2,7 +2,9 @@ package pid1
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 )
@@ -19,6 +21,13 @@ type Cmdline struct {
 	// TestPanics is edgegate.test.panic=<n>: in a test image, the daemon panics n times,
 	// each after a sync, so a boot test can watch the supervisor restart it.
 	TestPanics int
+	// Data is edgegate.data=: where the persistent data partition is; zero means the
+	// default search (see findDataPartition).
+	Data DataSpec
+	// Token is edgegate.token=: a bearer (bootstrap) token for the API server, which PID 1
+	// writes to a file for the daemon. It prints as <redacted>, so logging a Cmdline never
+	// leaks it.
+	Token Secret
 	// ModuleParams holds <module>.<param>=<value> entries by module name (dashes as
 	// underscores), what modprobe would pass to finit_module.
 	ModuleParams map[string][]string
@@ -61,6 +70,20 @@ func ParseCmdline(s string) Cmdline {
 			c.IP = append(c.IP, ip)
 		case "edgegate.flags":
 			c.Flags = append(c.Flags, splitFlags(value)...)
+		case "edgegate.data":
+			d, err := ParseDataSpec(value)
+			if err != nil {
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.data=%s: %v", value, err))
+				continue
+			}
+			c.Data = d
+		case "edgegate.token":
+			// The value never goes into a problem: Problems are logged.
+			if value == "" {
+				c.Problems = append(c.Problems, "edgegate.token: empty")
+				continue
+			}
+			c.Token = Secret(value)
 		case "edgegate.test":
 			if !hasValue {
 				c.Test = true
@@ -192,4 +215,60 @@ func ParseIPConfig(s string) (IPConfig, error) {
 	}
 	c.Gateway = gw
 	return c, nil
+}
+
+// Secret is a value that must not reach a log: fmt and log/slog print it as <redacted>.
+type Secret string
+
+const redacted = "<redacted>"
+
+func (Secret) String() string   { return redacted }
+func (Secret) GoString() string { return redacted }
+
+// LogValue implements slog.LogValuer.
+func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// DataSpec is how edgegate.data= names the persistent data partition: exactly one field is
+// set. There is no udev in the firmware, so there is no /dev/disk/by-*: a label is found by
+// reading the devices themselves.
+type DataSpec struct {
+	// Device is a device node, /dev/vdb or /dev/mmcblk0p3.
+	Device string
+	// Label is LABEL=: the ext4 file system's volume name.
+	Label string
+	// PartLabel is PARTLABEL=: the GPT partition's name.
+	PartLabel string
+}
+
+// IsZero reports whether the command line named no data partition.
+func (d DataSpec) IsZero() bool { return d == DataSpec{} }
+
+func (d DataSpec) String() string {
+	switch {
+	case d.Label != "":
+		return "LABEL=" + d.Label
+	case d.PartLabel != "":
+		return "PARTLABEL=" + d.PartLabel
+	}
+	return d.Device
+}
+
+// ParseDataSpec parses "/dev/<name>", "LABEL=<label>" or "PARTLABEL=<name>".
+func ParseDataSpec(s string) (DataSpec, error) {
+	if v, ok := strings.CutPrefix(s, "LABEL="); ok {
+		if v == "" || len(v) > ext4LabelLen {
+			return DataSpec{}, fmt.Errorf("an ext4 label has 1 to %d bytes", ext4LabelLen)
+		}
+		return DataSpec{Label: v}, nil
+	}
+	if v, ok := strings.CutPrefix(s, "PARTLABEL="); ok {
+		if v == "" {
+			return DataSpec{}, fmt.Errorf("empty partition name")
+		}
+		return DataSpec{PartLabel: v}, nil
+	}
+	if name, ok := strings.CutPrefix(s, "/dev/"); ok && name != "" && !strings.Contains(name, "..") {
+		return DataSpec{Device: path.Clean(s)}, nil
+	}
+	return DataSpec{}, fmt.Errorf("want /dev/<name>, LABEL=<label> or PARTLABEL=<name>")
 }

@@ -49,6 +49,18 @@ func TestParseCmdline(t *testing.T) {
 			"mymod":        {`name="two words"`},
 		}},
 	}, {
+		name:    "data partition and bootstrap token",
+		cmdline: "edgegate.data=LABEL=gw-state edgegate.token=abcdef.0123456789abcdef",
+		want:    Cmdline{Data: DataSpec{Label: "gw-state"}, Token: "abcdef.0123456789abcdef"},
+	}, {
+		name:    "a bad data partition or token is reported without the token's value",
+		cmdline: "edgegate.data=sdb1 edgegate.token= edgegate.token",
+		want: Cmdline{Problems: []string{
+			"edgegate.data=sdb1: want /dev/<name>, LABEL=<label> or PARTLABEL=<name>",
+			"edgegate.token: empty",
+			"edgegate.token: empty",
+		}},
+	}, {
 		name:    "bad entries are reported and skipped",
 		cmdline: "edgegate.ip=eth0 edgegate.ip=eth0:10.0.2.15 edgegate.ip=eth0:10.0.2.15/24:fd00::1 edgegate.test=maybe edgegate.test.panic=-1 edgegate.ip=eth0:dhcp",
 		want: Cmdline{

@@ -2,6 +2,7 @@ package pid1
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
@@ -49,6 +50,8 @@ func (j *journal) count(prefix string) int {
 type fakeMounts struct {
 	j    *journal
 	fail map[string]error // by target
+	mu   sync.Mutex
+	made []Mount // the mounts that succeeded, in order
 }
 
 var _ Mounter = (*fakeMounts)(nil)
@@ -59,7 +62,22 @@ func (f *fakeMounts) Mount(m Mount) error {
 		return err
 	}
 	f.j.add("mount %s %s", m.Target, m.FSType)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.made = append(f.made, m)
 	return nil
+}
+
+// mount returns the mount made on target.
+func (f *fakeMounts) mount(target string) (Mount, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.made {
+		if m.Target == target {
+			return m, true
+		}
+	}
+	return Mount{}, false
 }
 
 func (f *fakeMounts) Unmount(target string) error {
@@ -279,6 +297,42 @@ func newTestMachine(t *testing.T, files map[string]string) *testMachine {
 		Mounts: tm.mounts, Modules: tm.modules, Links: tm.links, DHCP: tm.dhcp, Power: tm.power,
 	}
 	return tm
+}
+
+// addBlockDevice adds a block device as the kernel shows it: its sysfs entry (uevent and
+// size in sectors) and its devtmpfs node, a file holding the device's first bytes. uevent
+// lines come after the ones every device has, PARTNAME=edgegate-data for example.
+func (tm *testMachine) addBlockDevice(name string, content []byte, uevent ...string) {
+	tm.t.Helper()
+	sys := filepath.Join(tm.sys.Root, "sys/class/block", name)
+	devtype := "disk"
+	if strings.Contains(strings.Join(uevent, "\n"), "PARTN=") {
+		devtype = "partition"
+	}
+	lines := append([]string{"MAJOR=254", "MINOR=0", "DEVNAME=" + name, "DEVTYPE=" + devtype}, uevent...)
+	for file, c := range map[string]string{
+		filepath.Join(sys, "uevent"):            strings.Join(lines, "\n") + "\n",
+		filepath.Join(sys, "size"):              fmt.Sprintf("%d\n", 32768), // 16 MiB
+		filepath.Join(tm.sys.Root, "dev", name): string(content),
+	} {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			tm.t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(c), 0o644); err != nil {
+			tm.t.Fatal(err)
+		}
+	}
+}
+
+// ext4Start returns the first 2 KiB of an ext4 file system labelled label: the boot block,
+// then the superblock's magic number and volume name where the kernel has them (the other
+// fields stay zero: nothing reads them). TestReadExt4LabelOfMke2fs checks the offsets
+// against a file system mke2fs made.
+func ext4Start(label string) []byte {
+	b := make([]byte, 2048)
+	binary.LittleEndian.PutUint16(b[1024+56:], 0xEF53)
+	copy(b[1024+120:1024+136], label)
+	return b
 }
 
 // boot boots the fake machine and shortens its timeouts for tests.

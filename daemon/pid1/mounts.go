@@ -21,6 +21,9 @@ type Mount struct {
 	// OnlyIf names a path that must exist for the mount to make sense (efivarfs only on an
 	// EFI boot); without it the mount is skipped quietly.
 	OnlyIf string
+	// Persistent marks a file system on a disk: only the unmount closes its journal, so a
+	// failed unmount is an error to log, not noise.
+	Persistent bool
 }
 
 func (m Mount) String() string {
@@ -86,9 +89,15 @@ func (m *Machine) mountAll(table []Mount) ([]Mount, error) {
 // loses nothing when the power goes.
 func (m *Machine) unmountAll() {
 	for i := len(m.mounted) - 1; i >= 0; i-- {
-		t := m.mounted[i].Target
-		if err := m.sys.Mounts.Unmount(t); err != nil {
-			m.log.Debug("unmount failed", "target", t, "err", err)
+		mt := m.mounted[i]
+		err := m.sys.Mounts.Unmount(mt.Target)
+		switch {
+		case err != nil && mt.Persistent:
+			m.log.Error("unmount failed; the journal is replayed at the next mount", "target", mt.Target, "dev", mt.Source, "err", err)
+		case err != nil:
+			m.log.Debug("unmount failed", "target", mt.Target, "err", err)
+		case mt.Persistent:
+			m.log.Info("unmounted", "target", mt.Target, "dev", mt.Source)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 // Package pid1 is what edgegate does as the machine's init (PID 1) on the edge gateway
 // firmware: it mounts the kernel's file systems, logs to the console and the kernel log,
-// loads the board's kernel modules, brings up the network, reaps orphans, feeds the hardware
-// watchdog, supervises the daemon so that a panic never takes PID 1 (and the kernel) down,
+// loads the board's kernel modules, mounts the persistent data partition, brings up the
+// network, reaps orphans, feeds the hardware watchdog, supervises the daemon so that a panic never takes PID 1 (and the kernel) down,
 // runs a test image's test, and powers off or reboots cleanly.
 //
 // The boot sequence is this file, top to bottom. Each step lives in a small file of its
@@ -11,9 +11,7 @@ package pid1
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -24,7 +22,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/yaml"
 )
 
 // System is everything outside the process that PID 1 acts on.
@@ -68,17 +65,12 @@ type kernelPower struct{}
 func (kernelPower) Sync()                { unix.Sync() }
 func (kernelPower) Reboot(cmd int) error { return unix.Reboot(cmd) }
 
-// Paths of the image's configuration (see the firmware contract).
-const (
-	configFile   = "/etc/edgegate/config.yaml"
-	manifestsDir = "/etc/edgegate/manifests"
-)
-
 // Timeouts of the machine's own steps; tests shorten them.
 type timing struct {
 	dhcpRetry     time.Duration // shortest wait between failed DHCP renewals
 	shutdownGrace time.Duration // for components to stop before the power goes
 	readyWait     time.Duration // for EDGEGATE-READY before a test image's test runs anyway
+	dataWait      time.Duration // for a data partition the kernel command line names
 }
 
 type action int
@@ -97,16 +89,19 @@ func (a action) String() string {
 
 // Machine is the booted machine: what Boot set up and what Run supervises.
 type Machine struct {
-	sys        System
-	console    *console
-	level      slog.LevelVar
-	log        *slog.Logger
-	cmdline    Cmdline
-	mounted    []Mount
-	leases     []*leaseKeeper
-	watchdog   *os.File
-	supervisor *Supervisor
-	timing     timing
+	sys       System
+	console   *console
+	level     slog.LevelVar
+	log       *slog.Logger
+	cmdline   Cmdline
+	mounted   []Mount
+	tokenFile string // where writeToken put edgegate.token; empty without one
+	// skipDataConfig: the data partition's config.yaml was refused; the image's is used.
+	skipDataConfig bool
+	leases         []*leaseKeeper
+	watchdog       *os.File
+	supervisor     *Supervisor
+	timing         timing
 
 	stopWatchdog context.CancelFunc
 	readyOnce    sync.Once
@@ -119,8 +114,8 @@ type Machine struct {
 // daemonComponent is the supervisor's name for the daemon Main starts.
 const daemonComponent = "daemon"
 
-// Daemon builds the daemon's run function from its command-line arguments (the image's
-// config.yaml and the kernel's edgegate.flags, see Main). m is the machine it runs on: the
+// Daemon builds the daemon's run function from its command-line arguments (the data
+// partition's or the image's config.yaml and the kernel's edgegate.flags, see daemonArgs). m is the machine it runs on: the
 // daemon calls m.Ready once its first sync has programmed the kernel, logs with m.Log, and
 // may ask for m.PowerOff or m.Reboot.
 type Daemon func(m *Machine, args []string) (run func(ctx context.Context) error, err error)
@@ -135,21 +130,38 @@ func Main(daemon Daemon) {
 		bootFailed(sys, err)
 	}
 	var components []Component
-	args := m.daemonArgs()
-	var run func(context.Context) error
-	err = Protect(func() (err error) {
-		run, err = daemon(m, args)
-		return err
-	})
-	if err != nil {
-		m.log.Error("the daemon's configuration is invalid; the daemon is not started", "args", args, "err", err)
-	} else {
+	if run, ok := m.startDaemon(daemon); ok {
 		components = append(components, Component{Name: daemonComponent, Run: run})
 	}
 	m.Run(context.Background(), components...)
 	m.log.Error("the machine did not turn off; waiting for the watchdog or a hard reset")
 	for {
 		time.Sleep(time.Hour)
+	}
+}
+
+// startDaemon builds the daemon's run function from daemonArgs. When the data partition's
+// config.yaml is what the daemon refuses, the gateway falls back to the image's
+// configuration (logged by file, with the daemon's error naming the field) rather than run
+// no proxy at all: an operator's typo must not take the box off the network.
+func (m *Machine) startDaemon(daemon Daemon) (func(context.Context) error, bool) {
+	for {
+		args := m.daemonArgs()
+		var run func(context.Context) error
+		err := Protect(func() (err error) {
+			run, err = daemon(m, args)
+			return err
+		})
+		if err == nil {
+			return run, true
+		}
+		if file, from, _ := m.daemonConfig(); from == "data partition" && !m.skipDataConfig {
+			m.log.Error("the data partition's daemon configuration is invalid; falling back to the image's", "file", file, "err", err)
+			m.skipDataConfig = true
+			continue
+		}
+		m.log.Error("the daemon's configuration is invalid; the daemon is not started", "args", args, "err", err)
+		return nil, false
 	}
 }
 
@@ -164,7 +176,8 @@ func bootFailed(sys System, err error) {
 }
 
 // Boot brings the machine up to a configured network: file systems, logging to the kernel
-// log, the reaper, the watchdog, the kernel command line, modules, forwarding and network. Only a
+// log, the reaper, the watchdog, the kernel command line (and its bootstrap token), modules,
+// the persistent data partition, forwarding and network. Only a
 // failure of an essential step (a mount in the table marked so, or reading the command
 // line) returns an error; everything else is logged by name and boot goes on.
 func Boot(sys System) (*Machine, error) {
@@ -175,7 +188,7 @@ func Boot(sys System) (*Machine, error) {
 		ready:        make(chan struct{}),
 		synced:       make(chan struct{}),
 		requests:     make(chan action, 1),
-		timing:       timing{dhcpRetry: time.Minute, shutdownGrace: 10 * time.Second, readyWait: readyWait},
+		timing:       timing{dhcpRetry: time.Minute, shutdownGrace: 10 * time.Second, readyWait: readyWait, dataWait: dataWait},
 		stopWatchdog: func() {},
 	}
 	m.log = slog.New(m.console.handler(&m.level))
@@ -203,9 +216,12 @@ func Boot(sys System) (*Machine, error) {
 	for _, p := range m.cmdline.Problems {
 		m.log.Warn("kernel command line entry ignored", "problem", p)
 	}
+	m.writeToken()
 
 	mods := m.loadModules()
 	m.console.marker("EDGEGATE-MODULES-LOADED n=%d failed=%d", mods.Loaded, len(mods.Failed))
+	// After the modules: the disk's driver (virtio_blk) and, on generic kernels, ext4.
+	m.mountData()
 
 	m.configureNetwork(context.Background())
 	m.log.Info("boot done", "kernel", sys.KernelRelease, "took", since(start))
@@ -398,28 +414,6 @@ func (m *Machine) SetLogLevel(level string) {
 
 // Components returns the supervisor's counters for every component.
 func (m *Machine) Components() []ComponentStats { return m.supervisor.Stats() }
-
-// daemonArgs are the daemon's command-line arguments on this machine: --config when the
-// image has config.yaml, --manifests when it has baked manifests and config.yaml names
-// none, then the kernel's edgegate.flags, which win because they come last.
-func (m *Machine) daemonArgs() []string {
-	var args []string
-	manifestsConfigured := false
-	if b, err := os.ReadFile(m.path(configFile)); err == nil {
-		args = append(args, "--config="+m.path(configFile))
-		var keys map[string]any
-		// A file that does not parse is the daemon's to report.
-		if yaml.Unmarshal(b, &keys) == nil {
-			_, manifestsConfigured = keys["manifests"]
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		m.log.Error("reading the image's configuration failed", "file", configFile, "err", err)
-	}
-	if st, err := os.Stat(m.path(manifestsDir)); err == nil && st.IsDir() && !manifestsConfigured {
-		args = append(args, "--manifests="+m.path(manifestsDir))
-	}
-	return append(args, m.cmdline.Flags...)
-}
 
 // path maps a path of the machine to the System's root.
 func (m *Machine) path(p string) string { return filepath.Join(m.sys.Root, p) }

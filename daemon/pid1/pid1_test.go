@@ -305,12 +305,15 @@ func TestDaemonArgs(t *testing.T) {
 		name  string
 		files map[string]string
 		want  []string
+		log   string // a line the console must show
 	}{{
 		name: "nothing in the image",
+		log:  `msg="no daemon configuration file; the daemon's defaults and edgegate.flags"`,
 	}, {
 		name:  "config and baked manifests",
 		files: map[string]string{configFile: "proxyMode: nftables\n", manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.flags=--log-level=debug"},
 		want:  []string{"--config=ROOT/etc/edgegate/config.yaml", "--manifests=ROOT/etc/edgegate/manifests", "--log-level=debug"},
+		log:   `msg="daemon configuration" file=/etc/edgegate/config.yaml from=image`,
 	}, {
 		name:  "config names its own manifests",
 		files: map[string]string{configFile: "manifests: /perm/manifests\n", manifestsDir + "/web.yaml": ""},
@@ -319,6 +322,62 @@ func TestDaemonArgs(t *testing.T) {
 		name:  "manifests only",
 		files: map[string]string{manifestsDir + "/web.yaml": ""},
 		want:  []string{"--manifests=ROOT/etc/edgegate/manifests"},
+	}, {
+		name:  "the data partition's config beats the image's",
+		files: map[string]string{dataConfigFile: "healthzBindAddress: 127.0.0.1:10257\n", configFile: "proxyMode: iptables\n", manifestsDir + "/web.yaml": ""},
+		want:  []string{"--config=ROOT/var/lib/edgegate/config.yaml", "--manifests=ROOT/etc/edgegate/manifests"},
+		log:   `msg="daemon configuration" file=/var/lib/edgegate/config.yaml from="data partition"`,
+	}, {
+		name:  "the data partition's config joins a cluster: no baked manifests",
+		files: map[string]string{dataConfigFile: "apiServer: https://192.0.2.1:6443\ntokenFile: /var/lib/edgegate/token\ncaFile: /var/lib/edgegate/ca.crt\n", manifestsDir + "/web.yaml": ""},
+		want:  []string{"--config=ROOT/var/lib/edgegate/config.yaml"},
+		log:   `msg="baked manifests not used: the daemon joins a cluster" manifests=/etc/edgegate/manifests`,
+	}, {
+		name:  "the image's config names a kubeconfig",
+		files: map[string]string{configFile: "kubeconfig: /var/lib/edgegate/kubeconfig\n", manifestsDir + "/web.yaml": ""},
+		want:  []string{"--config=ROOT/etc/edgegate/config.yaml"},
+	}, {
+		name:  "edgegate.flags join a cluster",
+		files: map[string]string{manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.flags=--api-server=https://192.0.2.1:6443,--token-file=/var/lib/edgegate/token"},
+		want:  []string{"--api-server=https://192.0.2.1:6443", "--token-file=/var/lib/edgegate/token"},
+	}, {
+		name:  "kube-proxy's --master, with one dash",
+		files: map[string]string{configFile: "proxyMode: nftables\n", manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.flags=-master=https://192.0.2.1:6443"},
+		want:  []string{"--config=ROOT/etc/edgegate/config.yaml", "-master=https://192.0.2.1:6443"},
+	}, {
+		name:  "edgegate.flags name the manifests",
+		files: map[string]string{manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.flags=--manifests=/var/lib/edgegate/manifests"},
+		want:  []string{"--manifests=/var/lib/edgegate/manifests"},
+	}, {
+		name:  "edgegate.flags empty the config's kubeconfig: standalone again",
+		files: map[string]string{dataConfigFile: "kubeconfig: /var/lib/edgegate/kubeconfig\n", manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.flags=--kubeconfig="},
+		want:  []string{"--config=ROOT/var/lib/edgegate/config.yaml", "--manifests=ROOT/etc/edgegate/manifests", "--kubeconfig="},
+	}, {
+		name: "edgegate.flags name the config file, which joins a cluster",
+		files: map[string]string{
+			"/var/lib/edgegate/cluster.yaml": "apiServer: https://192.0.2.1:6443\n", dataConfigFile: "proxyMode: nftables\n", manifestsDir + "/web.yaml": "",
+			"/proc/cmdline": "edgegate.flags=--config=/var/lib/edgegate/cluster.yaml",
+		},
+		want: []string{"--config=/var/lib/edgegate/cluster.yaml"},
+		log:  `msg="daemon configuration" file=/var/lib/edgegate/cluster.yaml from=edgegate.flags`,
+	}, {
+		name:  "a bootstrap token for an API server on the command line",
+		files: map[string]string{manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.token=abcdef.0123456789abcdef edgegate.flags=--api-server=https://192.0.2.1:6443,--ca-file=/var/lib/edgegate/ca.crt"},
+		want:  []string{"--token-file=ROOT/run/edgegate/token", "--api-server=https://192.0.2.1:6443", "--ca-file=/var/lib/edgegate/ca.crt"},
+	}, {
+		name:  "the token comes before edgegate.flags, which win",
+		files: map[string]string{dataConfigFile: "apiServer: https://192.0.2.1:6443\n", "/proc/cmdline": "edgegate.token=t edgegate.flags=--token-file=/var/lib/edgegate/token"},
+		want:  []string{"--config=ROOT/var/lib/edgegate/config.yaml", "--token-file=ROOT/run/edgegate/token", "--token-file=/var/lib/edgegate/token"},
+	}, {
+		name:  "no token file next to a kubeconfig, which the daemon refuses",
+		files: map[string]string{dataConfigFile: "kubeconfig: /var/lib/edgegate/kubeconfig\n", "/proc/cmdline": "edgegate.token=abcdef.0123456789abcdef"},
+		want:  []string{"--config=ROOT/var/lib/edgegate/config.yaml"},
+		log:   `level=WARN msg="edgegate.token not used: the kubeconfig carries the credentials" kubeconfig=/var/lib/edgegate/kubeconfig`,
+	}, {
+		name:  "a token without an API server: standalone, the token passed on",
+		files: map[string]string{manifestsDir + "/web.yaml": "", "/proc/cmdline": "edgegate.token=abcdef.0123456789abcdef"},
+		want:  []string{"--manifests=ROOT/etc/edgegate/manifests", "--token-file=ROOT/run/edgegate/token"},
+		log:   `level=WARN msg="edgegate.token without an API server (apiServer or --api-server): the daemon runs standalone"`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tm := newTestMachine(t, tc.files)
@@ -329,6 +388,9 @@ func TestDaemonArgs(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, m.daemonArgs()); diff != "" {
 				t.Errorf("daemonArgs (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(tm.console(), tc.log) {
+				t.Errorf("console lacks %s:\n%s", tc.log, tm.console())
 			}
 		})
 	}
@@ -389,5 +451,54 @@ func TestForwardingFailureIsLoggedByName(t *testing.T) {
 	}
 	if !strings.Contains(tm.j.dump(), "up lo\n") {
 		t.Errorf("the network was not configured after the failure:\n%s", tm.j.dump())
+	}
+}
+
+// TestBadDataConfigFallsBackToTheImage: a data partition's config.yaml the daemon refuses
+// does not leave the gateway without a proxy: PID 1 logs the file and the daemon's error and
+// starts it with the image's configuration. When that is refused too, nothing runs and the
+// console says why.
+func TestBadDataConfigFallsBackToTheImage(t *testing.T) {
+	tm := newTestMachine(t, map[string]string{
+		dataConfigFile:           "proxyMode: nftabels\n",
+		configFile:               "proxyMode: nftables\n",
+		manifestsDir + "/w.yaml": "",
+	})
+	m := tm.boot()
+	var tried [][]string
+	daemon := func(_ *Machine, args []string) (func(context.Context) error, error) {
+		tried = append(tried, args)
+		for _, a := range args {
+			if strings.HasSuffix(a, dataConfigFile) {
+				return nil, errors.New("--proxy-mode: unknown mode \"nftabels\"")
+			}
+		}
+		return func(context.Context) error { return nil }, nil
+	}
+	if _, ok := m.startDaemon(daemon); !ok {
+		t.Fatalf("the daemon was not started; tried %q", tried)
+	}
+	root := tm.sys.Root
+	want := [][]string{
+		{"--config=" + root + dataConfigFile, "--manifests=" + root + manifestsDir},
+		{"--config=" + root + configFile, "--manifests=" + root + manifestsDir},
+	}
+	if diff := cmp.Diff(want, tried); diff != "" {
+		t.Errorf("daemon args tried (-want +got):\n%s", diff)
+	}
+	if want := `msg="the data partition's daemon configuration is invalid; falling back to the image's" file=/var/lib/edgegate/config.yaml err="--proxy-mode: unknown mode \"nftabels\""`; !strings.Contains(tm.console(), want) {
+		t.Errorf("console lacks %s:\n%s", want, tm.console())
+	}
+
+	refused := func(*Machine, []string) (func(context.Context) error, error) {
+		return nil, errors.New("refused")
+	}
+	tm = newTestMachine(t, map[string]string{dataConfigFile: "x: 1\n"})
+	m = tm.boot()
+	if _, ok := m.startDaemon(refused); ok {
+		t.Fatal("a refused configuration started the daemon")
+	}
+	if want := `msg="the daemon's configuration is invalid; the daemon is not started"`; !strings.Contains(tm.console(), want) {
+		t.Errorf("console lacks %s:\n%s", want, tm.console())
 	}
 }
