@@ -11,7 +11,7 @@ FUZZTIME  ?= 15s
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/...
 
-.PHONY: all build demo test test-unit test-netns fuzz vet deps deps-test clean
+.PHONY: all build demo demo-netns test test-unit test-netns fuzz vet deps deps-test clean
 
 all: build
 
@@ -37,9 +37,17 @@ deps:
 deps-test: deps
 	@hack/deps.sh iptables:iptables-nft-save
 
-demo: deps build cluster-binaries
-	EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo) \
-		bash lab/demo.sh
+DEMO_ENV = EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo)
+
+# The gateway is the qemu-x86_64 firmware booted under QEMU; demo-netns runs the same
+# edgegate binary as a plain daemon in a namespace instead (no QEMU, no kernel download).
+demo: deps deps-qemu build cluster-binaries
+	$(MAKE) --no-print-directory firmware BOARD=qemu-x86_64
+	$(DEMO_ENV) GATEWAY=firmware KERNEL=$(abspath out/firmware/qemu-x86_64/vmlinuz) \
+		INITRAMFS=$(abspath out/firmware/qemu-x86_64/initramfs.cpio.gz) bash lab/demo.sh
+
+demo-netns: deps build cluster-binaries
+	$(DEMO_ENV) GATEWAY=netns bash lab/demo.sh
 
 test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 	@echo "make test: every tier passed"

@@ -29,7 +29,9 @@ if [[ $EUID -ne 0 ]]; then
 	echo "demo.sh: needs root to create network namespaces" >&2
 	exit 1
 fi
-for tool in ip curl nft; do
+tools=(ip curl nft)
+[[ $GATEWAY == firmware ]] && tools+=(mke2fs qemu-system-x86_64)
+for tool in "${tools[@]}"; do
 	command -v "$tool" >/dev/null || { echo "demo.sh: needs $tool" >&2; exit 1; }
 done
 case $GATEWAY in
@@ -158,7 +160,63 @@ start_netns_gateway() {
 	HEALTHZ=(ip netns exec "$GW" curl -s --max-time 1 http://127.0.0.1:10256/healthz)
 }
 
-start_netns_gateway
+# start_firmware_gateway boots the qemu-x86_64 firmware as the gateway. $GW becomes a plain
+# switch with no address of its own: br1 joins the client's link and the guest's eth0 (tap0),
+# br0 the backends, the control plane and the guest's eth1 (tap1); QEMU runs inside $GW, so
+# the guest's NICs lead nowhere but the lab. The gateway's identity goes where an operator
+# puts it: a config.yaml, the token and the cluster's CA on an ext4 data partition labelled
+# edgegate-data, which PID 1 mounts on /var/lib/edgegate (the offline-first cache lands there
+# too). The kernel command line gives only the addresses.
+start_firmware_gateway() {
+	ip -n "$GW" link add br1 type bridge
+	ip -n "$GW" link set br1 up
+	ip -n "$GW" link set c1 master br1
+	ip -n "$GW" link set c1 up
+	ip -n "$GW" tuntap add tap0 mode tap
+	ip -n "$GW" tuntap add tap1 mode tap
+	ip -n "$GW" link set tap0 master br1
+	ip -n "$GW" link set tap1 master br0
+	ip -n "$GW" link set tap0 up
+	ip -n "$GW" link set tap1 up
+
+	mkdir -p "$WORK/data"
+	cp "$WORK/cluster/gateway/token" "$WORK/cluster/gateway/ca.crt" "$WORK/data/"
+	cat >"$WORK/data/config.yaml" <<-EOF
+		# The gateway's own configuration, on its data partition.
+		apiServer: $SERVER
+		tokenFile: /var/lib/edgegate/token
+		caFile: /var/lib/edgegate/ca.crt
+		hostnameOverride: $NODE
+		nodeIPs: [10.200.1.1, "fd00:200:1::1"]
+		zone: demo-zone
+		# No shell on the box: Prometheus scrapes it over the network.
+		metricsBindAddress: 0.0.0.0:10249
+	EOF
+	truncate -s 32M "$WORK/data.img"
+	mke2fs -q -t ext4 -L edgegate-data -d "$WORK/data" "$WORK/data.img"
+
+	echo "demo: booting the qemu-x86_64 firmware as the gateway (QEMU, TCG), joining $SERVER as Node $NODE"
+	ip netns exec "$GW" "$EGDEMO" boot -board qemu-x86_64 -kernel "$KERNEL" -initramfs "$INITRAMFS" \
+		-console "$WORK/console.log" -tap tap0 -tap tap1 -disk "$WORK/data.img" \
+		-append edgegate.ip=eth0:10.200.1.1/24 -append edgegate.ip=eth0:fd00:200:1::1/64 \
+		-append edgegate.ip=eth1:10.200.2.1/24 -append edgegate.ip=eth1:fd00:200:2::1/64 \
+		>"$WORK/boot.log" 2>&1 &
+	PIDS+=($!)
+	GATEWAY_LOG=$WORK/console.log
+	for _ in $(seq 1200); do
+		grep -qx ready "$WORK/boot.log" && break
+		kill -0 "${PIDS[-1]}" 2>/dev/null || fail "the firmware did not boot; QEMU's output and the console:" "$WORK/boot.log"
+		sleep 0.1
+	done
+	grep -qx ready "$WORK/boot.log" || fail "the firmware did not program its rules within 2 minutes; its console:" "$GATEWAY_LOG"
+	grep '^egdemo:' "$WORK/boot.log" | grep -v 'booting' | sed 's/^egdemo: /demo: /'
+	HEALTHZ=(ip netns exec "$CLIENT" curl -s --max-time 1 http://10.200.1.1:10256/healthz)
+}
+
+case $GATEWAY in
+netns) start_netns_gateway ;;
+firmware) start_firmware_gateway ;;
+esac
 
 healthy=0
 for _ in $(seq 300); do
@@ -215,6 +273,17 @@ if [[ $GATEWAY == netns ]]; then
 	show list map ip edgegate service-ips
 	show list chain ip edgegate "$web_chain"
 	ip netns exec "$GW" nft list counters table ip edgegate | awk '/counter .*default\/web/ {name=$2} /packets/ && name {print "  " name ": " $2 " connections"; name=""}'
+fi
+
+if [[ $GATEWAY == firmware ]]; then
+	echo
+	echo "demo: the firmware's metrics, scraped from the client (http://10.200.1.1:10249/metrics):"
+	ip netns exec "$CLIENT" curl -s --max-time 2 http://10.200.1.1:10249/metrics |
+		grep -E '^edgegate_(sync_proxy_rules_last_timestamp_seconds|cluster_api_reachable|cluster_synced|node_lease_renewed_timestamp_seconds|sync_proxy_rules_duration_seconds_(sum|count)) ' |
+		sed 's/^/  /' || true
+	echo
+	echo "demo: the gateway's serial console, PID 1's markers:"
+	grep -aE 'EDGEGATE-|msg="persistent' "$GATEWAY_LOG" | sed 's/^.*EDGEGATE-/EDGEGATE-/; s/^/  /' | head -20
 fi
 
 ((failures == 0))

@@ -5,6 +5,8 @@
 //
 //	egdemo cluster -netns NS -address IP -dir DIR    runs until SIGINT/SIGTERM
 //	egdemo nodes -kubeconfig FILE [-wait NAME]       (inside NS: ip netns exec NS egdemo nodes ...)
+//	egdemo boot -kernel K -initramfs I -console F -tap T... -disk D -append ARG...
+//	                                                 boots the firmware as the gateway (inside NS)
 package main
 
 import (
@@ -46,6 +48,8 @@ func main() {
 		err = runCluster(ctx, os.Args[2:])
 	case "nodes":
 		err = runNodes(ctx, os.Args[2:])
+	case "boot":
+		err = runBoot(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -56,7 +60,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: egdemo cluster -netns NS -address IP -dir DIR [-manifests FILE...]\n       egdemo nodes -kubeconfig FILE [-wait NAME -timeout D]")
+	fmt.Fprintln(os.Stderr, "usage: egdemo cluster -netns NS -address IP -dir DIR [-manifests FILE...]\n       egdemo nodes -kubeconfig FILE [-wait NAME -timeout D]\n       egdemo boot -kernel K -initramfs I -console F [-board B -tap T... -disk D... -append ARG...]")
 	os.Exit(2)
 }
 
