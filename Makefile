@@ -62,6 +62,7 @@ test-unit:
 # Short coverage-guided runs of every fuzz target (their seed corpora also run in test-unit).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzIPVSPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.

@@ -10,7 +10,9 @@ require (
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
 	github.com/klauspost/compress v1.20.3
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
+	github.com/moby/ipvs v1.1.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/sirupsen/logrus v1.9.0
 	github.com/u-root/mkuimage v0.0.0-20250701161901-6a9871f2e64f
 	github.com/ulikunitz/xz v0.5.17
 	github.com/vishvananda/netlink v1.3.1

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 )
 
@@ -34,6 +36,8 @@ type Config struct {
 	MinSyncPeriod      Duration `json:"minSyncPeriod"`
 	FullSyncPeriod     Duration `json:"fullSyncPeriod"`
 	LogLevel           string   `json:"logLevel"`
+	// IPVS is the ipvs mode's part, kube-proxy's KubeProxyConfiguration.ipvs.
+	IPVS IPVSConfiguration `json:"ipvs"`
 
 	// The cluster: a kubeconfig, or the API server with a bearer token file and its CA.
 	Kubeconfig   string  `json:"kubeconfig"`
@@ -49,6 +53,16 @@ type Config struct {
 	Cleanup bool `json:"-"`
 	Version bool `json:"-"`
 }
+
+// IPVSConfiguration is the ipvs mode's configuration.
+type IPVSConfiguration struct {
+	// Scheduler is the default IPVS scheduler; a Service's edgegate.dev/ipvs-scheduler
+	// annotation picks another for it.
+	Scheduler string `json:"scheduler"`
+}
+
+// proxyModes are the --proxy-mode values.
+var proxyModes = []string{"nftables", "iptables", "ipvs"}
 
 // Duration reads "30s"-style durations from YAML.
 type Duration struct{ time.Duration }
@@ -76,6 +90,7 @@ func defaults() Config {
 		KubeAPIQPS:         cluster.DefaultQPS,
 		KubeAPIBurst:       cluster.DefaultBurst,
 		StateDir:           "/var/lib/edgegate",
+		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
 	}
 }
 
@@ -133,7 +148,8 @@ func parseConfig(args []string) (Config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("edgegate", flag.ContinueOnError)
 	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
-	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables or iptables")
+	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables, iptables or ipvs")
+	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler, "ipvs mode: the default IPVS scheduler ("+strings.Join(plan.IPVSSchedulers, ", ")+")")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
 	fs.Var(listFlag{&c.NodeIPs}, "node-ip", "this node's IP addresses, comma-separated (one per family)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
@@ -195,8 +211,11 @@ func parseConfig(args []string) (Config, error) {
 
 func (c *Config) validate() error {
 	var errs []error
-	if c.ProxyMode != "nftables" && c.ProxyMode != "iptables" {
-		errs = append(errs, fmt.Errorf("--proxy-mode: %q is not supported by this build (supported: nftables, iptables)", c.ProxyMode))
+	if !slices.Contains(proxyModes, c.ProxyMode) {
+		errs = append(errs, fmt.Errorf("--proxy-mode: %q is not supported by this build (supported: %s)", c.ProxyMode, strings.Join(proxyModes, ", ")))
+	}
+	if !plan.ValidScheduler(c.IPVS.Scheduler) {
+		errs = append(errs, fmt.Errorf("--ipvs-scheduler (ipvs.scheduler): %q is not an IPVS scheduler (%s)", c.IPVS.Scheduler, strings.Join(plan.IPVSSchedulers, ", ")))
 	}
 	for _, ip := range c.NodeIPs {
 		if _, err := netip.ParseAddr(ip); err != nil {

@@ -53,3 +53,38 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		t.Errorf("a misspelt key in the config file: error %v, want one naming it", err)
 	}
 }
+
+func TestIPVSConfig(t *testing.T) {
+	c, err := parseConfig([]string{"--proxy-mode", "ipvs"})
+	if err != nil || c.ProxyMode != "ipvs" || c.IPVS.Scheduler != "rr" {
+		t.Fatalf("--proxy-mode ipvs: %+v, %v; want the default scheduler rr", c, err)
+	}
+	file := filepath.Join(t.TempDir(), "edgegate.yaml")
+	if err := os.WriteFile(file, []byte("proxyMode: ipvs\nipvs:\n  scheduler: sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := parseConfig([]string{"--config", file}); err != nil || c.IPVS.Scheduler != "sh" {
+		t.Errorf("ipvs.scheduler from the file: %q, %v", c.IPVS.Scheduler, err)
+	}
+	if c, err := parseConfig([]string{"--config", file, "--ipvs-scheduler", "lc"}); err != nil || c.IPVS.Scheduler != "lc" || c.ProxyMode != "ipvs" {
+		t.Errorf("--ipvs-scheduler must win over the file: %+v, %v", c, err)
+	}
+	for _, args := range [][]string{{"--ipvs-scheduler", "fastest"}, {"--ipvs-scheduler", ""}, {"--config", writeFile(t, "ipvs:\n  scheduler: RR\n")}} {
+		_, err := parseConfig(args)
+		if err == nil || !strings.Contains(err.Error(), "--ipvs-scheduler (ipvs.scheduler)") || !strings.Contains(err.Error(), "wrr") {
+			t.Errorf("%v: error %v, want one naming the setting and the schedulers", args, err)
+		}
+	}
+	if _, err := parseConfig([]string{"--proxy-mode", "kernelspace"}); err == nil || !strings.Contains(err.Error(), "nftables, iptables, ipvs") {
+		t.Errorf("unknown mode: %v, want the supported ones listed", err)
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "edgegate.yaml")
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}

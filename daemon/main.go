@@ -20,8 +20,6 @@ import (
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
-	"github.com/edgegate/edgegate/daemon/kernel/ipt"
-	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/pid1"
@@ -58,7 +56,11 @@ func main() {
 	log := newLogger(cfg.LogLevel)
 	if cfg.Cleanup {
 		failed := false
-		dp, others := dataplanes(cfg.ProxyMode, nil, plan.Config{})
+		dp, others, err := dataplanes(cfg, nil, plan.Config{})
+		if err != nil {
+			log.Error("cleanup failed", "err", err)
+			os.Exit(1)
+		}
 		for _, d := range append(others, dp) {
 			if err := d.Cleanup(); err != nil {
 				log.Error("cleanup failed", "mode", d.Mode(), "err", err)
@@ -81,21 +83,8 @@ func main() {
 
 // dataplanes returns the dataplane of the configured mode and those of the other modes
 // (whose leftovers are removed).
-func dataplanes(mode string, families []model.Family, pc plan.Config) (proxy.Dataplane, []proxy.Dataplane) {
-	all := []proxy.Dataplane{
-		&proxy.NFTables{Rules: nft.New(), Families: families, Config: pc},
-		&proxy.IPTables{Rules: ipt.New(), Families: families, Config: pc},
-	}
-	var chosen proxy.Dataplane
-	var others []proxy.Dataplane
-	for _, d := range all {
-		if d.Mode() == mode {
-			chosen = d
-		} else {
-			others = append(others, d)
-		}
-	}
-	return chosen, others
+func dataplanes(cfg Config, families []model.Family, pc plan.Config) (proxy.Dataplane, []proxy.Dataplane, error) {
+	return proxy.NewDataplanes(cfg.ProxyMode, proxy.Options{Families: families, Config: pc, IPVSScheduler: cfg.IPVS.Scheduler})
 }
 
 func newLogger(level string) *slog.Logger {
@@ -151,7 +140,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	defer hc.Close()
 	tracker := model.NewTracker()
 	families := []model.Family{model.IPv4, model.IPv6}
-	dp, others := dataplanes(cfg.ProxyMode, families, pc)
+	dp, others, err := dataplanes(cfg, families, pc)
+	if err != nil {
+		return err
+	}
 	// Whatever another mode left behind (a restart with a different --proxy-mode) goes first,
 	// so two modes never translate the same traffic.
 	for _, o := range others {

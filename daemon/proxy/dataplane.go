@@ -1,7 +1,12 @@
 package proxy
 
 import (
+	"fmt"
+	"net/netip"
+	"slices"
+
 	"github.com/edgegate/edgegate/daemon/kernel/ipt"
+	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -26,6 +31,47 @@ type Result struct {
 	Written, Elements, Deleted int
 	// Conflicts lists frontends that two services claim.
 	Conflicts []string
+	// Problems lists input the plan ignored (an invalid scheduler annotation).
+	Problems []string
+}
+
+// Draining is implemented by a dataplane that has work left even when nothing changed:
+// IPVS real servers at weight 0 wait for their connections to end, and only a Program
+// call removes them.
+type Draining interface {
+	Pending() bool
+}
+
+// Options configure the dataplanes NewDataplanes makes.
+type Options struct {
+	Families []model.Family
+	Config   plan.Config
+	// IPVSScheduler is ipvs mode's default scheduler (--ipvs-scheduler).
+	IPVSScheduler string
+}
+
+// NewDataplanes returns the kernel dataplane of mode and those of every other mode, whose
+// leftovers a start in mode removes (two modes must never translate the same traffic).
+func NewDataplanes(mode string, o Options) (Dataplane, []Dataplane, error) {
+	all := []Dataplane{
+		&NFTables{Rules: nft.New(), Families: o.Families, Config: o.Config},
+		&IPTables{Rules: ipt.New(), Families: o.Families, Config: o.Config},
+		&IPVS{Backend: ipvs.NewApplier(), Families: o.Families,
+			Config: plan.IPVSConfig{Config: o.Config, Scheduler: o.IPVSScheduler}},
+	}
+	var chosen Dataplane
+	var others []Dataplane
+	for _, d := range all {
+		if d.Mode() == mode {
+			chosen = d
+		} else {
+			others = append(others, d)
+		}
+	}
+	if chosen == nil {
+		return nil, nil, fmt.Errorf("proxy mode %q: no such mode", mode)
+	}
+	return chosen, others, nil
 }
 
 // NFTables is the nftables mode.
@@ -81,3 +127,64 @@ func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 
 // Cleanup implements Dataplane.
 func (d *IPTables) Cleanup() error { return d.Rules.Cleanup() }
+
+// IPVSBackend is what ipvs mode needs of the kernel; *ipvs.Applier implements it.
+type IPVSBackend interface {
+	// NodeAddrs lists the node's addresses outside the dummy interface (node ports).
+	NodeAddrs() ([]netip.Addr, error)
+	Apply(plans []*plan.IPVSPlan, full bool) (ipvs.Stats, error)
+	Pending() bool
+	Cleanup() error
+}
+
+// IPVS is the ipvs mode: IPVS virtual servers on a dummy interface's VIPs, with the
+// auxiliary rules in nftables.
+type IPVS struct {
+	Backend  IPVSBackend
+	Families []model.Family
+	// Config's NodeAddrs is filled from the kernel at every Program.
+	Config plan.IPVSConfig
+}
+
+var (
+	_ Dataplane   = (*IPVS)(nil)
+	_ Draining    = (*IPVS)(nil)
+	_ IPVSBackend = (*ipvs.Applier)(nil)
+)
+
+// Mode implements Dataplane.
+func (*IPVS) Mode() string { return ModeIPVS }
+
+// Program implements Dataplane. The node's addresses are read each time: node ports get a
+// virtual server per address, and addresses come and go (DHCP).
+func (d *IPVS) Program(snap *model.Snapshot, full bool) (Result, error) {
+	addrs, err := d.Backend.NodeAddrs()
+	if err != nil {
+		return Result{Full: full}, fmt.Errorf("node addresses: %w", err)
+	}
+	cfg := d.Config
+	cfg.NodeAddrs = addrs
+	plans := make([]*plan.IPVSPlan, 0, len(d.Families))
+	var res Result
+	for _, f := range d.Families {
+		p := plan.IPVS(snap, f, cfg)
+		res.Conflicts = append(res.Conflicts, p.Conflicts...)
+		res.Problems = append(res.Problems, p.Problems...)
+		plans = append(plans, p)
+	}
+	// A problem with a service (its annotation) or a clash over a node port shows in the
+	// plan of each family: report it once.
+	slices.Sort(res.Problems)
+	res.Problems = slices.Compact(res.Problems)
+	slices.Sort(res.Conflicts)
+	res.Conflicts = slices.Compact(res.Conflicts)
+	st, err := d.Backend.Apply(plans, full)
+	res.Full, res.Written, res.Elements, res.Deleted = st.Full, st.Services, st.Destinations+st.Addresses, st.Deleted
+	return res, err
+}
+
+// Pending implements Draining.
+func (d *IPVS) Pending() bool { return d.Backend.Pending() }
+
+// Cleanup implements Dataplane.
+func (d *IPVS) Cleanup() error { return d.Backend.Cleanup() }

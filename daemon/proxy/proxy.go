@@ -23,6 +23,7 @@ import (
 const (
 	ModeNFTables = "nftables"
 	ModeIPTables = "iptables"
+	ModeIPVS     = "ipvs"
 )
 
 // Proxier programs the data plane from a Tracker.
@@ -49,6 +50,7 @@ type Proxier struct {
 	pending     map[model.ServicePortName]struct{}
 	lastTrigger map[model.ServicePortName]int64
 	conflicts   []string
+	problems    []string
 }
 
 // Queued records that a change is waiting for the next sync (health and metrics).
@@ -74,7 +76,7 @@ func (p *Proxier) Sync() error {
 	}
 	changes.Ports = p.pending
 	full := !p.synced || p.needFull || start.Sub(p.lastFull) >= p.FullSyncPeriod
-	if changes.Empty() && !full {
+	if changes.Empty() && !full && !p.draining() {
 		p.Health.Updated(start)
 		return nil
 	}
@@ -85,6 +87,12 @@ func (p *Proxier) Sync() error {
 			p.Log.Warn("conflicting services", "conflict", c)
 		}
 		p.conflicts = res.Conflicts
+	}
+	if !slices.Equal(res.Problems, p.problems) {
+		for _, pr := range res.Problems {
+			p.Log.Warn("ignored service input", "problem", pr)
+		}
+		p.problems = res.Problems
 	}
 	if err != nil {
 		p.Metrics.SyncFailed(p.Dataplane.Mode())
@@ -111,6 +119,12 @@ func (p *Proxier) Sync() error {
 	p.Log.Log(context.Background(), level, "rules programmed", "mode", p.Dataplane.Mode(), "full", res.Full,
 		"changed", len(changes.Ports), "chains", res.Written, "elements", res.Elements, "deleted", res.Deleted, "took", end.Sub(start))
 	return nil
+}
+
+// draining reports whether the dataplane has work left without any change.
+func (p *Proxier) draining() bool {
+	d, ok := p.Dataplane.(Draining)
+	return ok && d.Pending()
 }
 
 // observeProgramming records network programming latency once per EndpointSlice change,

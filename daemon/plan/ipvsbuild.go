@@ -1,0 +1,350 @@
+package plan
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// Priority of the auxiliary table's input filter: IPVS takes packets at LOCAL_IN priority
+// 98/99 (NF_IP_PRI_NAT_SRC - 2/1) and the node's own at LOCAL_OUT -98, so these checks run
+// before IPVS schedules a connection. The output filter uses prioFilterPreDNAT (-110).
+const prioIPVSInput = 0
+
+// IPVS builds IPVS mode's plan of one family from a Snapshot: a virtual server per
+// (address, protocol, port) of every cluster IP, external IP, ipMode VIP LoadBalancer IP
+// and node port on each node-port address, with the real servers the service's policy
+// allows, and the auxiliary nftables rules IPVS itself cannot express (masquerade, source
+// ranges, refusals, the ports a VIP answers on).
+func IPVS(snap *model.Snapshot, f model.Family, cfg IPVSConfig) *IPVSPlan {
+	p := &IPVSPlan{
+		Family:        f,
+		NodePortAddrs: nodePortAddrs(cfg, f),
+		Aux:           &Table{Family: f, Name: IPVSTableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}, Counters: map[string]struct{}{}},
+	}
+	b := &ipvsBuilder{plan: p, cfg: cfg, t: p.Aux, owners: map[VSKey]model.ServicePortName{},
+		nodePorts: map[nodePortKey]model.ServicePortName{}, vips: map[netip.Addr]bool{}, hairpin: map[netip.Addr]bool{},
+		sched: map[model.ServiceName]string{}}
+	b.base()
+	for _, sp := range snap.Sorted() {
+		if pol, ok := Policy(sp, f, cfg.Config); ok {
+			b.servicePort(&pol)
+		}
+	}
+	b.finish()
+	return p
+}
+
+type nodePortKey struct {
+	proto model.Protocol
+	port  uint16
+}
+
+type ipvsBuilder struct {
+	plan      *IPVSPlan
+	cfg       IPVSConfig
+	t         *Table
+	owners    map[VSKey]model.ServicePortName
+	nodePorts map[nodePortKey]model.ServicePortName
+	vips      map[netip.Addr]bool
+	hairpin   map[netip.Addr]bool
+	sched     map[model.ServiceName]string
+}
+
+// nodePortAddrs picks the node-port addresses of a family: the node's addresses inside
+// --nodeport-addresses, or all of them by default. Loopback and link-local addresses never
+// qualify: IPVS cannot forward from them to a real server elsewhere.
+func nodePortAddrs(cfg IPVSConfig, f model.Family) []netip.Addr {
+	prefixes := familyPrefixes(cfg.NodePortAddresses, f)
+	var out []netip.Addr
+	for _, a := range cfg.NodeAddrs {
+		a = a.Unmap()
+		if model.FamilyOf(a) != f || a.IsLoopback() || a.IsLinkLocalUnicast() || a.Zone() != "" {
+			continue
+		}
+		if len(prefixes) == 0 || slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// base adds the fixed part of the auxiliary table.
+func (b *ipvsBuilder) base() {
+	t, mark := b.t, b.cfg.MasqueradeMark()
+	t.set(SetVIPs, KeyAddr, false)
+	t.set(SetNodePortIPs, KeyAddr, false)
+	t.set(MapVIPPorts, KeyAddrProtoPort, true)
+	t.set(MapServiceIPs, KeyAddrProtoPort, true)
+	t.set(MapServiceNodePorts, KeyProtoPort, true)
+	t.set(MapNoEndpointSvcs, KeyAddrProtoPort, true)
+	t.set(MapNoEndpointNodePts, KeyProtoPort, true)
+	t.set(MapFirewallIPs, KeyAddrProtoPort, true)
+	t.set(MapHairpin, KeyAddr, true)
+
+	// New connections meet source ranges, refusals and the VIP port filter before IPVS
+	// schedules them; traffic to a VIP arrives on input (the VIP is local), the node's own
+	// on output.
+	checks := []Rule{
+		{CtStateNew{}, jump(ChainFirewallCheck)},
+		{CtStateNew{}, jump(ChainSvcEndpointsChk)},
+		{CtStateNew{}, jump(ChainNPEndpointsChk)},
+		{CtStateNew{}, MatchAddrSet{Set: SetVIPs}, jump(ChainVIPCheck)},
+	}
+	t.chain("filter-input", &Hook{"filter", "input", prioIPVSInput}, checks...)
+	t.chain("filter-output", &Hook{"filter", "output", prioFilterPreDNAT}, checks...)
+	t.chain("nat-prerouting", &Hook{"nat", "prerouting", prioDstNAT}, Rule{jump(ChainServices)})
+	t.chain("nat-output", &Hook{"nat", "output", prioDstNAT}, Rule{jump(ChainServices)})
+	t.chain("nat-postrouting", &Hook{"nat", "postrouting", prioSrcNAT}, Rule{jump(ChainHairpin)}, Rule{jump(ChainMasquerading)})
+
+	t.chain(ChainFirewallCheck, nil, Rule{VMap{KeyAddrProtoPort, MapFirewallIPs}})
+	t.chain(ChainSvcEndpointsChk, nil, Rule{VMap{KeyAddrProtoPort, MapNoEndpointSvcs}})
+	t.chain(ChainNPEndpointsChk, nil, Rule{MatchAddrSet{Set: SetNodePortIPs}, VMap{KeyProtoPort, MapNoEndpointNodePts}})
+	// A VIP is an address of the node: without this, its other ports would reach the
+	// node's own sockets (kube-proxy's KUBE-IPVS-FILTER).
+	t.chain(ChainVIPCheck, nil, Rule{VMap{KeyAddrProtoPort, MapVIPPorts}}, Rule{gotoC(ChainReject)})
+	t.chain(ChainReject, nil, Rule{RejectStmt{TCPReset: true}}, Rule{RejectStmt{}})
+	t.chain(ChainServices, nil,
+		Rule{VMap{KeyAddrProtoPort, MapServiceIPs}},
+		Rule{MatchAddrSet{Set: SetNodePortIPs}, VMap{KeyProtoPort, MapServiceNodePorts}})
+
+	// The node's own connection to a VIP leaves from the VIP itself (the kernel picks the
+	// destination as source for a local route); an endpoint elsewhere would answer a VIP
+	// of its own node, so such traffic is always masqueraded.
+	fromVIP := Rule{MatchAddrSet{Source: true, Set: SetVIPs}, jump(ChainMarkMasq)}
+	cip := t.chain(ChainClusterIPMasq, nil, fromVIP)
+	if b.cfg.MasqueradeAll {
+		cip.Rules = append(cip.Rules, Rule{jump(ChainMarkMasq)})
+	} else {
+		for _, cidr := range familyPrefixes(b.cfg.ClusterCIDRs, b.plan.Family) {
+			cip.Rules = append(cip.Rules, Rule{MatchAddr{Source: true, Not: true, Prefix: cidr}, jump(ChainMarkMasq)})
+		}
+	}
+	t.chain(ChainExternalLocal, nil, fromVIP)
+	t.chain(ChainHairpin, nil, Rule{VMap{KeyAddr, MapHairpin}})
+	t.chain(ChainMarkMasq, nil, Rule{SetMark{mark}})
+	t.chain(ChainMasquerading, nil,
+		Rule{MatchMarkClear{mark}, Do{Verdict{Kind: VerdictReturn}}},
+		Rule{ClearMark{mark}},
+		Rule{Masquerade{}})
+}
+
+// scheduler resolves a service's scheduler once: its annotation if valid, else the default.
+func (b *ipvsBuilder) scheduler(n model.ServiceName) string {
+	if s, ok := b.sched[n]; ok {
+		return s
+	}
+	def := b.cfg.Scheduler
+	if def == "" {
+		def = DefaultScheduler
+	}
+	s := def
+	if v, ok := b.cfg.Schedulers[n]; ok {
+		if ValidScheduler(v) {
+			s = v
+		} else {
+			b.plan.Problems = append(b.plan.Problems, fmt.Sprintf("service %s: annotation %s: %q is not an IPVS scheduler (%s); using %s",
+				n, SchedulerAnnotation, v, strings.Join(IPVSSchedulers, ", "), def))
+		}
+	}
+	b.sched[n] = s
+	return s
+}
+
+// servicePort adds the virtual servers and auxiliary elements of one ServicePort.
+func (b *ipvsBuilder) servicePort(p *PortPolicy) {
+	sp := p.SP
+	tmpl := VirtualServer{VSKey: VSKey{Proto: sp.Name.Protocol, Port: sp.Port},
+		Scheduler: b.scheduler(sp.Name.ServiceName), Timeout: sp.AffinityTimeout, Service: sp.Name}
+	internal := b.reals(p, p.Internal, p.UsesLocalForInternal)
+	b.frontend(tmpl, p.ClusterIP, FrontendClusterIP, internal, p.Internal, false)
+	if !p.IsExternal() {
+		return
+	}
+	local := !p.UsesClusterForExternal
+	external := b.reals(p, p.External, local)
+	for _, a := range p.ExternalIPs {
+		b.frontend(tmpl, a, FrontendExternalIP, external, p.External, local)
+	}
+	var firewalled []netip.Addr
+	for _, a := range p.LBIPs {
+		if b.frontend(tmpl, a, FrontendLoadBalancer, external, p.External, local) {
+			firewalled = append(firewalled, a)
+		}
+	}
+	b.firewall(p, firewalled)
+	b.nodePort(p, tmpl, external, local)
+}
+
+// reals lists the real servers of a frontend: the endpoints its policy sends new traffic
+// to with weight 1, and the terminating endpoints of the same scope with weight 0 so
+// that their TCP connections drain. UDP and SCTP get no weight-0 real servers: as in
+// kube-proxy, they have no graceful termination (expire_nodest_conn ends their flows).
+func (b *ipvsBuilder) reals(p *PortPolicy, o Outcome, local bool) []RealServer {
+	var out []RealServer
+	if o == Forward {
+		eps := p.Cluster
+		if local {
+			eps = p.Local
+		}
+		for _, e := range eps {
+			out = append(out, RealServer{Addr: e.Addr, Port: e.Port, Weight: 1})
+			b.hairpin[e.Addr] = true
+		}
+	}
+	if p.SP.Name.Protocol != model.TCP {
+		return out
+	}
+	for _, e := range p.SP.Endpoints {
+		if !e.Terminating || model.FamilyOf(e.Addr) != p.Family || local && (e.NodeName == "" || e.NodeName != b.cfg.NodeName) {
+			continue
+		}
+		if !slices.ContainsFunc(out, func(r RealServer) bool { return r.Addr == e.Addr && r.Port == e.Port }) {
+			out = append(out, RealServer{Addr: e.Addr, Port: e.Port})
+		}
+	}
+	slices.SortFunc(out, func(x, y RealServer) int { return x.AddrPort().Compare(y.AddrPort()) })
+	return out
+}
+
+// claim gives a frontend to the first service port that asks for it. Another service's
+// later claim is a conflict; the same service's (an external IP equal to its own cluster
+// IP) is quietly the first one's.
+func (b *ipvsBuilder) claim(k VSKey, owner model.ServicePortName) bool {
+	prev, ok := b.owners[k]
+	if !ok {
+		b.owners[k] = owner
+		return true
+	}
+	if prev != owner {
+		b.plan.Conflicts = append(b.plan.Conflicts, fmt.Sprintf("%s and %s both claim %s; %s keeps it",
+			prev, owner, strings.Join(strings.Fields(k.String()), " "), prev))
+	}
+	return false
+}
+
+// frontend adds one virtual server on a VIP and its auxiliary elements; false when
+// another service port owns the address and port already.
+func (b *ipvsBuilder) frontend(tmpl VirtualServer, addr netip.Addr, kind FrontendKind, reals []RealServer, o Outcome, local bool) bool {
+	sp := tmpl.Service
+	k := VSKey{Addr: addr, Proto: tmpl.Proto, Port: tmpl.Port}
+	if !b.claim(k, sp) {
+		return false
+	}
+	vs := tmpl
+	vs.VSKey, vs.Kind, vs.Reals = k, kind, reals
+	b.plan.Servers = append(b.plan.Servers, vs)
+	b.vips[addr] = true
+	key := Key{Addr: addr, Proto: k.Proto.Number(), Port: k.Port}
+	b.t.elem(MapVIPPorts, key, Verdict{Kind: VerdictReturn}, sp)
+	switch {
+	case o != Forward:
+		b.t.elem(MapNoEndpointSvcs, key, verdictFor(o), sp)
+	case kind == FrontendClusterIP:
+		b.t.elem(MapServiceIPs, key, Verdict{Kind: VerdictGoto, Chain: ChainClusterIPMasq}, sp)
+	default:
+		b.t.elem(MapServiceIPs, key, externalVerdict(local), sp)
+	}
+	return true
+}
+
+// externalVerdict: external traffic under eTP Cluster is masqueraded so that replies come
+// back through this node; under eTP Local it keeps its source (only the node's own
+// traffic from a VIP is masqueraded).
+func externalVerdict(local bool) Verdict {
+	if local {
+		return Verdict{Kind: VerdictGoto, Chain: ChainExternalLocal}
+	}
+	return Verdict{Kind: VerdictGoto, Chain: ChainMarkMasq}
+}
+
+// firewall closes the LoadBalancer IPs a service port won to sources outside its
+// loadBalancerSourceRanges. Ranges of the other family only still close this family's
+// addresses, as in nftables mode.
+func (b *ipvsBuilder) firewall(p *PortPolicy, addrs []netip.Addr) {
+	sp := p.SP
+	if len(addrs) == 0 || len(sp.SourceRanges) == 0 {
+		return
+	}
+	name := "firewall-" + ChainBase(sp.Name)
+	fw := b.t.chain(name, nil)
+	for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
+		fw.Rules = append(fw.Rules, Rule{MatchAddr{Source: true, Prefix: r}, Do{Verdict{Kind: VerdictReturn}}})
+	}
+	fw.Rules = append(fw.Rules, Rule{Do{Verdict{Kind: VerdictDrop}}})
+	for _, a := range addrs {
+		b.t.elem(MapFirewallIPs, Key{Addr: a, Proto: sp.Name.Protocol.Number(), Port: sp.Port}, Verdict{Kind: VerdictGoto, Chain: name}, sp.Name)
+	}
+}
+
+// nodePort adds a virtual server on every node-port address. The node port is claimed as
+// a whole (protocol and port), so that two services never split a node's addresses.
+func (b *ipvsBuilder) nodePort(p *PortPolicy, tmpl VirtualServer, reals []RealServer, local bool) {
+	sp := p.SP
+	if sp.NodePort == 0 {
+		return
+	}
+	k := nodePortKey{sp.Name.Protocol, sp.NodePort}
+	if prev, ok := b.nodePorts[k]; ok {
+		if prev != sp.Name {
+			b.plan.Conflicts = append(b.plan.Conflicts, fmt.Sprintf("%s and %s both claim node port %s %d; %s keeps it",
+				prev, sp.Name, sp.Name.Protocol, sp.NodePort, prev))
+		}
+		return
+	}
+	b.nodePorts[k] = sp.Name
+	for _, a := range b.plan.NodePortAddrs {
+		vs := tmpl
+		vs.VSKey = VSKey{Addr: a, Proto: sp.Name.Protocol, Port: sp.NodePort}
+		if !b.claim(vs.VSKey, sp.Name) {
+			continue
+		}
+		vs.Kind, vs.Reals = FrontendNodePort, reals
+		b.plan.Servers = append(b.plan.Servers, vs)
+	}
+	key := Key{Proto: sp.Name.Protocol.Number(), Port: sp.NodePort}
+	if p.External != Forward {
+		b.t.elem(MapNoEndpointNodePts, key, verdictFor(p.External), sp.Name)
+		return
+	}
+	b.t.elem(MapServiceNodePorts, key, externalVerdict(local), sp.Name)
+}
+
+// finish sorts the plan and fills the address sets and the hairpin chains.
+func (b *ipvsBuilder) finish() {
+	p := b.plan
+	slices.SortFunc(p.Servers, func(x, y VirtualServer) int { return x.VSKey.Compare(y.VSKey) })
+	for a := range b.vips {
+		p.VIPs = append(p.VIPs, a)
+	}
+	slices.SortFunc(p.VIPs, netip.Addr.Compare)
+	// A service address that is also one of the node's own (an external IP set to the
+	// node's IP) still goes on the dummy interface, which makes its virtual servers
+	// recognisably edgegate's, but stays out of the vips set: the VIP port filter must
+	// never close the node's other ports (its SSH, its API) on its own address.
+	for _, a := range p.VIPs {
+		if !slices.Contains(b.cfg.NodeAddrs, a) {
+			b.t.Sets[SetVIPs].Elems = append(b.t.Sets[SetVIPs].Elems, Elem{Key: Key{Addr: a}})
+		}
+	}
+	for _, a := range p.NodePortAddrs {
+		b.t.Sets[SetNodePortIPs].Elems = append(b.t.Sets[SetNodePortIPs].Elems, Elem{Key: Key{Addr: a}})
+	}
+	// After IPVS, an endpoint that is also the client would answer itself directly:
+	// masquerade it (one small chain per endpoint address, found through a map).
+	var eps []netip.Addr
+	for a := range b.hairpin {
+		eps = append(eps, a)
+	}
+	slices.SortFunc(eps, netip.Addr.Compare)
+	m := b.t.Sets[MapHairpin]
+	for _, a := range eps {
+		name := "hairpin-" + a.String()
+		b.t.chain(name, nil, Rule{MatchAddr{Source: true, Prefix: netip.PrefixFrom(a, a.BitLen())}, jump(ChainMarkMasq)})
+		m.Elems = append(m.Elems, Elem{Key: Key{Addr: a}, Verdict: Verdict{Kind: VerdictGoto, Chain: name}})
+	}
+}

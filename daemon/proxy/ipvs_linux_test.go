@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
+	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+func inNetnsCmd(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// The ipvs dataplane on the running kernel, in a throwaway namespace. Where the kernel
+// has no IPVS (the development machines) a sync fails with the clear error and changes
+// nothing; where it has (the firmware's kernel) the virtual servers and VIPs appear.
+// Either way Cleanup, which every start in another mode runs, succeeds and leaves nothing.
+func TestIPVSDataplaneOnThisKernel(t *testing.T) {
+	kerneltest.InNetns(t, "egpxv", func(ns string) {
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		// moby/ipvs cannot add real servers while lo is down (FIELD-NOTES).
+		if lo, err := h.LinkByName("lo"); err != nil || h.LinkSetUp(lo) != nil {
+			t.Fatalf("lo up: %v", err)
+		}
+		dp := &IPVS{Backend: ipvs.NewApplier(), Families: []model.Family{model.IPv4, model.IPv6},
+			Config: plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}, Scheduler: "rr"}}
+		snap := mt.Snapshot(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
+			mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
+		_, err = dp.Program(snap, true)
+		if ipvs.Available() != nil {
+			if !errors.Is(err, ipvs.ErrNotAvailable) || !strings.Contains(err.Error(), "ip_vs kernel module not available: kernel module ip_vs") {
+				t.Fatalf("sync without IPVS: %v", err)
+			}
+			t.Logf("this kernel has no IPVS; the sync says: %v", err)
+			if out := inNetnsCmd(t, ns, "nft", "list", "ruleset"); strings.Contains(out, "edgegate-ipvs") {
+				t.Errorf("sync without IPVS made tables:\n%s", out)
+			}
+			if out := inNetnsCmd(t, ns, "ip", "link"); strings.Contains(out, plan.IPVSInterface) {
+				t.Errorf("sync without IPVS made the dummy interface:\n%s", out)
+			}
+			// What a previous run in ipvs mode would have left, for Cleanup to remove.
+			snapAux := plan.IPVS(snap, model.IPv4, plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}})
+			if _, err := ipvs.NewKernelAux().Apply([]*plan.Table{snapAux.Aux}, true); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			if err != nil {
+				t.Fatalf("sync with IPVS: %v", err)
+			}
+			k, err := ipvs.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			entries, err := ipvs.List(k)
+			if err != nil || !strings.Contains(ipvs.Format(entries, false), "TCP  10.96.0.10:80 rr\n  -> 10.200.2.11:8080") {
+				t.Errorf("IPVS table: %v\n%s", err, ipvs.Format(entries, false))
+			}
+			if out := inNetnsCmd(t, ns, "ip", "addr", "show", plan.IPVSInterface); !strings.Contains(out, "10.96.0.10/32") {
+				t.Errorf("dummy interface:\n%s", out)
+			}
+		}
+		if err := dp.Cleanup(); err != nil {
+			t.Fatalf("cleanup: %v", err)
+		}
+		if out := inNetnsCmd(t, ns, "nft", "list", "ruleset"); strings.Contains(out, "edgegate-ipvs") {
+			t.Errorf("tables left after cleanup:\n%s", out)
+		}
+		if out := inNetnsCmd(t, ns, "ip", "link"); strings.Contains(out, plan.IPVSInterface) {
+			t.Errorf("dummy interface left after cleanup:\n%s", out)
+		}
+	})
+}
