@@ -103,6 +103,7 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 			AffinityTimeout: affinity,
 			PreferSameZone:  sameZone,
 			PreferSameNode:  sameNode,
+			IPVSScheduler:   svc.Annotations[IPVSSchedulerAnnotation],
 		}
 		if external {
 			sp.NodePort = uint16(p.NodePort)

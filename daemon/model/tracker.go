@@ -92,12 +92,24 @@ func (t *Tracker) UpsertService(svc *v1.Service) {
 
 func (t *Tracker) upsertService(svc *v1.Service) {
 	n := ServiceName{Namespace: svc.Namespace, Name: svc.Name}
-	if old, ok := t.services[n]; ok && reflect.DeepEqual(old.Spec, svc.Spec) && reflect.DeepEqual(old.Status, svc.Status) {
+	if old, ok := t.services[n]; ok && reflect.DeepEqual(old.Spec, svc.Spec) && reflect.DeepEqual(old.Status, svc.Status) &&
+		sameAnnotationsRead(old, svc) {
 		return
 	}
 	t.services[n] = svc
 	t.dirty[n] = struct{}{}
 	t.svcEv++
+}
+
+// sameAnnotationsRead reports whether two versions of a Service agree on every annotation
+// the data plane reads.
+func sameAnnotationsRead(a, b *v1.Service) bool {
+	for _, k := range annotationsRead {
+		if a.Annotations[k] != b.Annotations[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // DeleteService removes a Service.

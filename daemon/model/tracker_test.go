@@ -274,3 +274,36 @@ func TestTrackerConcurrentUse(t *testing.T) {
 		t.Errorf("final state wrong: %+v", snap.Ports[webHTTP])
 	}
 }
+
+// TestTrackerAnnotations: the IPVS scheduler annotation reaches the ServicePorts and its
+// change is a change; any other annotation (kubectl's, a controller's) is not.
+func TestTrackerAnnotations(t *testing.T) {
+	tr, _ := populated(t)
+	annotate := func(kv ...string) func(*v1.Service) {
+		return func(s *v1.Service) {
+			s.Annotations = map[string]string{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				s.Annotations[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	tr.UpsertService(webSvc(annotate("example.com/owner", "team-a")))
+	if _, ch := tr.Snapshot(); !ch.Empty() {
+		t.Errorf("an unrelated annotation changed %v", changed(ch))
+	}
+	tr.UpsertService(webSvc(annotate("example.com/owner", "team-a", model.IPVSSchedulerAnnotation, "sh")))
+	snap, ch := tr.Snapshot()
+	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP, webMetrics}) {
+		t.Errorf("the scheduler annotation changed %v, want both web ports", got)
+	}
+	if got := snap.Ports[webHTTP].IPVSScheduler; got != "sh" {
+		t.Errorf("IPVSScheduler = %q, want sh", got)
+	}
+	if got := snap.Ports[dnsPort].IPVSScheduler; got != "" {
+		t.Errorf("dns IPVSScheduler = %q, want none", got)
+	}
+	tr.UpsertService(webSvc())
+	if snap, ch := tr.Snapshot(); len(ch.Ports) != 2 || snap.Ports[webHTTP].IPVSScheduler != "" {
+		t.Errorf("removing the annotation: changes %v, scheduler %q", changed(ch), snap.Ports[webHTTP].IPVSScheduler)
+	}
+}

@@ -117,7 +117,17 @@ type ServicePort struct {
 	PreferSameNode   bool           // trafficDistribution PreferSameNode
 	Endpoints        []Endpoint     // sorted by address, then port
 	TriggerTimeNanos int64          // newest endpoints.kubernetes.io/last-change-trigger-time, 0 if unknown
+	// IPVSScheduler is the Service's IPVSSchedulerAnnotation as written (ipvs mode checks it);
+	// empty without one.
+	IPVSScheduler string
 }
+
+// IPVSSchedulerAnnotation on a Service picks its IPVS scheduler instead of --ipvs-scheduler.
+const IPVSSchedulerAnnotation = "edgegate.dev/ipvs-scheduler"
+
+// annotationsRead are the Service annotations the data plane depends on: a change of any
+// other annotation changes nothing.
+var annotationsRead = []string{IPVSSchedulerAnnotation}
 
 // Endpoint is one backend address:port of a ServicePort.
 type Endpoint struct {
