@@ -29,16 +29,21 @@ type LinkConfigurator interface {
 	ReplaceDefaultRoute(dev string, gw netip.Addr) error
 }
 
-// networkFile is the image's (later the persistent partition's) static network
-// configuration, kept apart from config.yaml because the daemon reads that strictly:
+// networkFile is the static network configuration, kept apart from config.yaml because
+// the daemon reads that strictly:
 //
 //	ip:
 //	- eth0:10.0.2.15/24:10.0.2.2
 //	- eth1:dhcp
 //
 // Entries are written like edgegate.ip=; a device named on the kernel command line takes
-// its configuration from there only.
-const networkFile = "/etc/edgegate/network.yaml"
+// its configuration from there only. The data partition's file (the gateway's own, mounted
+// before the network comes up) replaces the image's; one that cannot be read or parsed is
+// logged and the image's is used, so a typo there does not cut the box off.
+const (
+	networkFile     = "/etc/edgegate/network.yaml"
+	dataNetworkFile = dataMountpoint + "/network.yaml"
+)
 
 type networkConfig struct {
 	IP []string `json:"ip"`
@@ -53,33 +58,51 @@ const (
 // networkPlan merges the network file with the kernel command line.
 func (m *Machine) networkPlan() []IPConfig {
 	var plan []IPConfig
-	b, err := os.ReadFile(m.path(networkFile))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		m.log.Error("reading the network configuration failed", "file", networkFile, "err", err)
-	default:
-		var nc networkConfig
-		if err := yaml.UnmarshalStrict(b, &nc); err != nil {
-			m.log.Error("network configuration ignored", "file", networkFile, "err", err)
-			break
+	onCmdline := map[string]bool{}
+	for _, c := range m.cmdline.IP {
+		onCmdline[c.Dev] = true
+	}
+	for _, file := range []string{dataNetworkFile, networkFile} {
+		entries, ok := m.readNetworkFile(file)
+		if !ok {
+			continue
 		}
-		onCmdline := map[string]bool{}
-		for _, c := range m.cmdline.IP {
-			onCmdline[c.Dev] = true
-		}
-		for _, s := range nc.IP {
-			c, err := ParseIPConfig(s)
-			if err != nil {
-				m.log.Error("network entry ignored", "file", networkFile, "entry", s, "err", err)
-				continue
-			}
+		for _, c := range entries {
 			if !onCmdline[c.Dev] {
 				plan = append(plan, c)
 			}
 		}
+		break
 	}
 	return append(plan, m.cmdline.IP...)
+}
+
+// readNetworkFile reads one network file; ok is false when it is absent or unusable as a
+// whole. Entries that do not parse are logged and skipped.
+func (m *Machine) readNetworkFile(file string) (entries []IPConfig, ok bool) {
+	b, err := os.ReadFile(m.path(file))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false
+	case err != nil:
+		m.log.Error("reading the network configuration failed", "file", file, "err", err)
+		return nil, false
+	}
+	var nc networkConfig
+	if err := yaml.UnmarshalStrict(b, &nc); err != nil {
+		m.log.Error("network configuration ignored", "file", file, "err", err)
+		return nil, false
+	}
+	for _, s := range nc.IP {
+		c, err := ParseIPConfig(s)
+		if err != nil {
+			m.log.Error("network entry ignored", "file", file, "entry", s, "err", err)
+			continue
+		}
+		entries = append(entries, c)
+	}
+	m.log.Info("network configuration", "file", file, "entries", len(entries))
+	return entries, true
 }
 
 // forwardingSysctls turn the machine into a router: a gateway forwards the traffic its

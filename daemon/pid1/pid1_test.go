@@ -228,6 +228,42 @@ func TestNetworkFile(t *testing.T) {
 	}
 }
 
+// TestNetworkFileOnTheDataPartition: the data partition's network.yaml replaces the
+// image's; one that does not parse is logged by file and the image's is used.
+func TestNetworkFileOnTheDataPartition(t *testing.T) {
+	for _, tc := range []struct {
+		name, data string
+		want       string // the address configured on eth0
+		log        string
+	}{{
+		name: "the partition's wins",
+		data: "ip:\n- eth0:10.1.0.2/24\n",
+		want: "addr eth0 10.1.0.2/24\n",
+		log:  `msg="network configuration" file=/var/lib/edgegate/network.yaml entries=1`,
+	}, {
+		name: "a broken one falls back to the image's",
+		data: "ip: [eth0:10.1.0.2/24\n",
+		want: "addr eth0 10.0.2.15/24\n",
+		log:  `msg="network configuration ignored" file=/var/lib/edgegate/network.yaml`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tm := newTestMachine(t, map[string]string{
+				networkFile:     "ip:\n- eth0:10.0.2.15/24\n",
+				dataNetworkFile: tc.data,
+			})
+			tm.links.nics = []string{"eth0"}
+			tm.boot()
+			got := tm.j.dump()
+			if !strings.Contains(got, tc.want) || strings.Count(got, "addr eth0") != 1 {
+				t.Errorf("network journal lacks exactly %q:\n%s", tc.want, got)
+			}
+			if !strings.Contains(tm.console(), tc.log) {
+				t.Errorf("console lacks %q:\n%s", tc.log, tm.console())
+			}
+		})
+	}
+}
+
 func TestRebootOnRequest(t *testing.T) {
 	tm := newTestMachine(t, nil)
 	m := tm.boot()
