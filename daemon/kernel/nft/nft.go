@@ -30,10 +30,13 @@ type Ruleset interface {
 
 // Stats describes one apply.
 type Stats struct {
-	Full     bool
-	Chains   int // chains written (added or rewritten)
-	Elements int // map and set elements added or removed
-	Deleted  int // chains, sets and counters deleted
+	Full bool
+	// Recreated: a full apply deleted and recreated the tables in its batch (a set had
+	// changed type); dynamic sets and counters started afresh.
+	Recreated bool
+	Chains    int // chains written (added or rewritten)
+	Elements  int // map and set elements added or removed
+	Deleted   int // chains, sets and counters deleted
 }
 
 // Kernel is the netlink-backed Ruleset.
@@ -76,6 +79,31 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	full = full || k.dirty
+	st, err := k.apply(tables, full, false)
+	if err != nil && full {
+		// The kernel refused to rewrite a table in place: a set changed type (an upgrade
+		// changed a key) in a way the read-back could not show (see sameSetType). Start
+		// the tables afresh, still in one batch.
+		var again error
+		if st, again = k.apply(tables, true, true); again == nil {
+			err = nil
+		} else {
+			err = fmt.Errorf("%w; recreating the tables: %w", err, again)
+		}
+	}
+	if err != nil {
+		k.dirty = true
+		return st, err
+	}
+	for _, t := range tables {
+		k.applied[t.Family] = t
+	}
+	k.dirty = false
+	return st, nil
+}
+
+// apply sends one batch; recreate deletes and recreates each existing table in it.
+func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error) {
 	conn, err := dial()
 	if err != nil {
 		return Stats{}, err
@@ -84,23 +112,17 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 	for _, t := range tables {
 		b := &batch{conn: conn, want: t, table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
 		if full {
-			err = b.full()
+			err = b.full(recreate)
 		} else {
 			err = b.partial(k.applied[t.Family])
 		}
 		if err != nil {
-			k.dirty = true
 			return st, fmt.Errorf("%s table %s: %w", t.Family, t.Name, err)
 		}
 	}
 	if err := conn.Flush(); err != nil {
-		k.dirty = true
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
-	for _, t := range tables {
-		k.applied[t.Family] = t
-	}
-	k.dirty = false
 	return st, nil
 }
 
@@ -188,20 +210,26 @@ func (b *batch) addRules(c *plan.Chain, nc *nftables.Chain) error {
 
 // full rewrites the whole table in place: existing objects are reused (so affinity
 // entries and counters survive), every chain and map is flushed and refilled, and whatever
-// the kernel holds beyond the plan is deleted.
-func (b *batch) full() error {
+// the kernel holds beyond the plan is deleted. The batch is atomic for packets only so: a
+// table deleted and created again in one batch is not, its base chains' hooks come and go
+// separately, and for a moment packets meet a half-made table. recreate (or a set that
+// changed type) does that nevertheless.
+func (b *batch) full(recreate bool) error {
 	have, err := b.kernelObjects()
 	if err != nil {
 		return err
 	}
 	for name, old := range have.sets {
 		if s, ok := b.want.Sets[name]; ok && !sameSetType(old, setOf(b.table, s, b.want.Family)) {
-			// A set cannot change type in place while rules use it: start the table
-			// afresh in this same batch (affinity entries and counters restart).
-			b.conn.DelTable(b.table)
-			have = kernelObjects{}
-			break
+			recreate = true
 		}
+	}
+	if recreate && have.exists {
+		// A set cannot change type in place while rules use it: start the table afresh
+		// in this same batch (affinity entries and counters restart).
+		b.conn.DelTable(b.table)
+		have = kernelObjects{}
+		b.st.Recreated = true
 	}
 	b.conn.AddTable(b.table)
 	for name := range have.chains {
@@ -263,6 +291,7 @@ func (b *batch) full() error {
 }
 
 type kernelObjects struct {
+	exists   bool
 	chains   map[string]bool
 	sets     map[string]*nftables.Set
 	counters map[string]bool
@@ -282,6 +311,7 @@ func (b *batch) kernelObjects() (kernelObjects, error) {
 	if !exists {
 		return ko, nil
 	}
+	ko.exists = true
 	chains, err := b.conn.ListChainsOfTableFamily(b.table.Family)
 	if err != nil {
 		return ko, fmt.Errorf("list chains: %w", err)
@@ -312,8 +342,16 @@ func (b *batch) kernelObjects() (kernelObjects, error) {
 	return ko, nil
 }
 
+// sameSetType reports whether a set the kernel holds (a, as read back) can take the wanted
+// set's (b) elements in place.
+//
+// google/nftables (v0.3.0) reads a verdict map's data type into KeyType, losing the key's
+// type and length: for those only the kinds compare. Taking such a map for unchanged made
+// every full sync recreate the table (see full). A key that did change makes the kernel
+// refuse the new elements, and Apply recreates the table then.
 func sameSetType(a, b *nftables.Set) bool {
-	return a.KeyType.Bytes == b.KeyType.Bytes && a.IsMap == b.IsMap && a.HasTimeout == b.HasTimeout &&
+	keyKnown := !(a.IsMap && a.KeyType.Name == nftables.TypeVerdict.Name)
+	return (!keyKnown || a.KeyType.Bytes == b.KeyType.Bytes) && a.IsMap == b.IsMap && a.HasTimeout == b.HasTimeout &&
 		(!a.HasTimeout || a.Timeout == b.Timeout)
 }
 
@@ -323,7 +361,7 @@ func sameSetType(a, b *nftables.Set) bool {
 // are diffed, changed chains refilled, and finally removed objects deleted.
 func (b *batch) partial(prev *plan.Table) error {
 	if prev == nil {
-		return b.full()
+		return b.full(false)
 	}
 	want := b.want
 	// A set whose definition changed (only affinity timeouts do) is deleted and created

@@ -76,3 +76,80 @@ func TestApplyFullThenPartial(t *testing.T) {
 		}
 	})
 }
+
+// nftRun runs nft with args inside the namespace ns.
+func nftRun(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// tableHandle is the kernel's handle of table ip edgegate: a recreated table gets a new one.
+func tableHandle(t *testing.T, ns string) string {
+	t.Helper()
+	first, _, _ := strings.Cut(nftRun(t, ns, "-a", "list", "table", "ip", plan.TableName), "\n")
+	_, handle, ok := strings.Cut(first, "# handle ")
+	if !ok {
+		t.Fatalf("no handle in %q", first)
+	}
+	return handle
+}
+
+// TestFullApplyRewritesInPlace: a full apply over the table it made rewrites it in place
+// (same table, affinity entries kept), which is what makes it atomic for packets: a table
+// deleted and created again in one batch lets packets meet it half made. (google/nftables
+// reads verdict maps back without their key type, which once made every full sync
+// recreate the table.) A map whose key did change, which the read-back cannot show, makes
+// the kernel refuse the in-place rewrite: the apply recreates the table then.
+func TestFullApplyRewritesInPlace(t *testing.T) {
+	inNetns(t, func(ns string) {
+		k := New()
+		cfg := plan.Config{NodeName: "gw"}
+		snap := demoSnapshot()
+		tables := []*plan.Table{plan.NFT(snap, model.IPv4, cfg), plan.NFT(snap, model.IPv6, cfg)}
+		if _, err := k.Apply(tables, true); err != nil {
+			t.Fatalf("first full apply: %v", err)
+		}
+		var affinity string
+		for name, s := range tables[0].Sets {
+			if s.Dynamic {
+				affinity = name
+			}
+		}
+		if affinity == "" {
+			t.Fatal("the demo's table has no affinity set")
+		}
+		// A client's affinity entry, as the kernel adds them.
+		nftRun(t, ns, "add", "element", "ip", plan.TableName, affinity, "{ 10.200.1.2 }")
+		before := tableHandle(t, ns)
+		st, err := k.Apply(tables, true)
+		if err != nil {
+			t.Fatalf("second full apply: %v", err)
+		}
+		if st.Recreated || tableHandle(t, ns) != before {
+			t.Errorf("a full apply over an unchanged table recreated it (%+v; handle %s before)", st, before)
+		}
+		if out := nftRun(t, ns, "list", "set", "ip", plan.TableName, affinity); !strings.Contains(out, "10.200.1.2") {
+			t.Errorf("the affinity entry did not survive a full apply:\n%s", out)
+		}
+
+		// An older table whose service-ips map had another key.
+		nftRun(t, ns, "delete", "table", "ip", plan.TableName)
+		nftRun(t, ns, "add", "table", "ip", plan.TableName)
+		nftRun(t, ns, "add", "map", "ip", plan.TableName, "service-ips", "{ type ipv4_addr : verdict; }")
+		k = New()
+		st, err = k.Apply(tables, true)
+		if err != nil {
+			t.Fatalf("full apply over a map with another key: %v", err)
+		}
+		if !st.Recreated {
+			t.Errorf("full apply over a map with another key: %+v, want the table recreated", st)
+		}
+		if out := nftList(t, ns); !strings.Contains(out, "10.96.0.10 . tcp . 80") {
+			t.Errorf("after recreating, the ruleset lacks the service:\n%s", out)
+		}
+	})
+}
