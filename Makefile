@@ -33,9 +33,10 @@ $(BIN)/egdemo:
 deps:
 	@hack/deps.sh iproute2:ip nftables:nft curl:curl
 
-# The tests also read iptables mode's rules back with Debian's stock iptables-nft tools.
+# The tests also read iptables mode's rules back with Debian's stock iptables-nft tools, and
+# drive the dashboard in Debian's headless Chromium (the browser tier, lab/dashboard_test.go).
 deps-test: deps
-	@hack/deps.sh iptables:iptables-nft-save
+	@hack/deps.sh iptables:iptables-nft-save chromium:chromium
 
 DEMO_ENV = EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo)
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -50,6 +51,11 @@ type Config struct {
 	StateDir string `json:"stateDir"`
 	Region   string `json:"region"`
 
+	// The dashboard: where it listens (empty disables it) and the file of its access token
+	// (default: one generated in StateDir at first start).
+	DashboardBindAddress string `json:"dashboardBindAddress"`
+	DashboardTokenFile   string `json:"dashboardTokenFile"`
+
 	Cleanup bool `json:"-"`
 	Version bool `json:"-"`
 }
@@ -91,6 +97,10 @@ func defaults() Config {
 		KubeAPIBurst:       cluster.DefaultBurst,
 		StateDir:           "/var/lib/edgegate",
 		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
+
+		// Port 80 on every address: the firmware has one management NIC, and operators
+		// narrow it to that NIC's address in the configuration.
+		DashboardBindAddress: ":80",
 	}
 }
 
@@ -155,6 +165,8 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address:port of /healthz and /livez; empty disables")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address:port of /metrics; empty disables")
+	fs.StringVar(&c.DashboardBindAddress, "dashboard-bind-address", c.DashboardBindAddress, "address:port of the dashboard and operator API (never a NodePort-range port); empty disables")
+	fs.StringVar(&c.DashboardTokenFile, "dashboard-token-file", c.DashboardTokenFile, "file holding the dashboard's access token; default: generated at first start into --state-dir")
 	fs.Var(listFlag{&c.NodePortAddresses}, "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")
 	fs.Var(listFlag{&c.ClusterCIDRs}, "cluster-cidr", "pod CIDRs, comma-separated; ClusterIP traffic from outside them is masqueraded")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to ClusterIPs")
@@ -232,6 +244,9 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
 		}
 	}
+	if err := validDashboardAddress(c.DashboardBindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--dashboard-bind-address (dashboardBindAddress): %w", err))
+	}
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		errs = append(errs, fmt.Errorf("--masquerade-bit: %d is not in 0-31", c.MasqueradeBit))
 	}
@@ -245,6 +260,34 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// NodePort range: the dashboard must not take a port a Service may be given.
+const nodePortMin, nodePortMax = 30000, 32767
+
+// validDashboardAddress accepts "" (disabled) or host:port with a port outside the NodePort
+// range.
+func validDashboardAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: the host must be an IP address: %w", addr, err)
+		}
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return fmt.Errorf("%q: port %q is not in 1-65535", addr, p)
+	}
+	if port >= nodePortMin && port <= nodePortMax {
+		return fmt.Errorf("%q: port %d is in the NodePort range %d-%d", addr, port, nodePortMin, nodePortMax)
+	}
+	return nil
 }
 
 // clusterServer names the API server for the logs: the URL, or the kubeconfig file.

@@ -88,3 +88,37 @@ func writeFile(t *testing.T, body string) string {
 	}
 	return file
 }
+
+func TestDashboardConfig(t *testing.T) {
+	c, err := parseConfig(nil)
+	if err != nil || c.DashboardBindAddress != ":80" || c.DashboardTokenFile != "" {
+		t.Fatalf("defaults: %q %q %v; want :80 and a generated token", c.DashboardBindAddress, c.DashboardTokenFile, err)
+	}
+	for _, ok := range [][]string{
+		{"--dashboard-bind-address", ""},
+		{"--dashboard-bind-address", "10.200.1.1:8080", "--dashboard-token-file", "/etc/edgegate/token"},
+		{"--dashboard-bind-address", "[fd00::1]:443"},
+		{"--state-dir", ""}, // the dashboard then says at start that it has no token
+		{"--config", writeFile(t, "dashboardBindAddress: 127.0.0.1:29999\n")},
+	} {
+		if _, err := parseConfig(ok); err != nil {
+			t.Errorf("%v: %v", ok, err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dashboard-bind-address", ":30080"}, "port 30080 is in the NodePort range 30000-32767"},
+		{[]string{"--dashboard-bind-address", "0.0.0.0:32767"}, "NodePort range"},
+		{[]string{"--config", writeFile(t, "dashboardBindAddress: \":30000\"\n")}, "--dashboard-bind-address (dashboardBindAddress)"},
+		{[]string{"--dashboard-bind-address", "gateway.local:80"}, "must be an IP address"},
+		{[]string{"--dashboard-bind-address", "10.0.0.1"}, "--dashboard-bind-address"},
+		{[]string{"--dashboard-bind-address", ":0"}, "not in 1-65535"},
+	} {
+		_, err := parseConfig(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,9 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
+	"github.com/edgegate/edgegate/daemon/kernel/kernelview"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/pid1"
@@ -133,13 +136,19 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 	ctx, stopComponents := context.WithCancel(ctx)
 	defer stopComponents()
+	families := []model.Family{model.IPv4, model.IPv6}
+	var dash *dashboard.Dashboard // nil when disabled
+	if cfg.DashboardBindAddress != "" {
+		dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Plan: pc, Families: families,
+			Kernel: kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{})},
+			cfg.DashboardBindAddress, cfg.DashboardTokenFile, cfg.StateDir, log)
+	}
 	m := metrics.New()
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"))
 	hc.UseProxyHealth(health)
 	defer hc.Close()
 	tracker := model.NewTracker()
-	families := []model.Family{model.IPv4, model.IPv6}
 	dp, others, err := dataplanes(cfg, families, pc)
 	if err != nil {
 		return err
@@ -150,6 +159,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		if err := o.Cleanup(); err != nil {
 			log.Warn("removing the rules of another proxy mode failed", "mode", o.Mode(), "err", err)
 		}
+	}
+	if dash != nil {
+		dp = dash.Record(dp)
 	}
 	warnForwarding(log)
 	p := &proxy.Proxier{
@@ -181,6 +193,13 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 			return err
 		}
 		defer cl.close()
+		if dash != nil {
+			dash.WatchCluster(func() dashboard.ClusterLink {
+				lk, st := cl.source.Link(), cl.member.Status()
+				return dashboard.ClusterLink{Mode: "cluster", Reachable: lk.Reachable, Synced: lk.Synced, WatchesHealthy: lk.WatchesHealthy,
+					FromCache: lk.FromCache, LastContact: lk.LastSuccess, LeaseRenewed: st.LastLeaseRenew, Problem: cmp.Or(lk.LastError, st.LastError)}
+			})
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -201,6 +220,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 	if cfg.MetricsBindAddress != "" {
 		start("metrics", func() error { return serveMetrics(ctx, cfg.MetricsBindAddress, m) })
+	}
+	if dash != nil {
+		start("dashboard", func() error { dash.Start(ctx, cfg.DashboardBindAddress); return nil })
 	}
 	health.Updated(time.Now())
 	switch {

@@ -1,0 +1,410 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/proxy"
+)
+
+// Hub keys, what the web UI reads.
+const (
+	KeyFirmware = "firmware"
+	KeyServices = "services"
+	KeyTraffic  = "traffic"
+	KeySyncs    = "syncs"
+	KeyCluster  = "cluster"
+	KeyNetwork  = "network"
+	KeyLogs     = "logs"
+)
+
+// SyncLimit is how many syncs the history keeps.
+const SyncLimit = 120
+
+// Options configure a Dashboard.
+type Options struct {
+	Version  string
+	Mode     string // --proxy-mode
+	Node     string
+	Plan     plan.Config
+	Families []model.Family
+	// Traffic reads per-service and per-backend counters; nil shows none.
+	Traffic TrafficSource
+	// Kernel reads addresses, routes and conntrack entries; nil shows none.
+	Kernel Kernel
+	// Token is the access token every request must carry.
+	Token string
+	Log   *slog.Logger
+	Now   func() time.Time
+	// Buffer is each websocket client's send buffer in messages (default 256).
+	Buffer int
+	// PongWait is how long a websocket client may leave a ping unanswered before it is
+	// dropped (default 30s); pings go out at two thirds of it.
+	PongWait time.Duration
+	// Interval is how often the samplers read counters, the cluster link and the network
+	// (default 1s); changes only are pushed.
+	Interval time.Duration
+}
+
+// TrafficSource reads the data plane's counters for the services of a snapshot. Each proxy
+// mode has its own: nftables named counters, iptables rule counters, IPVS stats.
+type TrafficSource interface {
+	Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error)
+}
+
+// Kernel is what the dashboard reads from the kernel besides counters.
+type Kernel interface {
+	Network() (Network, error)
+	// Conntrack lists the connection tracking entries of a family, one line each in
+	// conntrack -L form.
+	Conntrack(f model.Family) ([]string, error)
+}
+
+// IPVSTable is implemented by a Kernel that can print the IPVS table (ipvsadm -Ln form,
+// then its --stats form).
+type IPVSTable interface {
+	IPVS() (string, error)
+}
+
+// ServiceTraffic is the cumulative count of one service port and of each of its backends
+// (keyed by endpoint address:port).
+type ServiceTraffic struct {
+	BackendTraffic
+	Backends map[string]BackendTraffic `json:"backends"`
+}
+
+// BackendTraffic is a cumulative count. Connections is new connections. The nftables
+// counters sit in NAT chains, which only a connection's first packet passes: there Packets
+// and Bytes are those first packets, and equal Connections. IPVS counts every packet and
+// byte of a connection, both ways.
+type BackendTraffic struct {
+	Connections uint64 `json:"connections"`
+	Packets     uint64 `json:"packets"`
+	Bytes       uint64 `json:"bytes"`
+}
+
+// Network is the node's interfaces with their addresses, and its routes.
+type Network struct {
+	Links  []Link   `json:"links"`
+	Routes []string `json:"routes"`
+}
+
+// Link is one interface.
+type Link struct {
+	Name  string   `json:"name"`
+	Up    bool     `json:"up"`
+	Addrs []string `json:"addrs"`
+}
+
+// Firmware is what the header shows.
+type Firmware struct {
+	Version string    `json:"version"`
+	Mode    string    `json:"mode"`
+	Node    string    `json:"node"`
+	Started time.Time `json:"started"`
+}
+
+// Service is one service port with its endpoints, as the UI lists it.
+type Service struct {
+	Name        string     `json:"name"`
+	Type        string     `json:"type"`
+	Protocol    string     `json:"protocol"`
+	Port        uint16     `json:"port"`
+	NodePort    uint16     `json:"nodePort,omitempty"`
+	ClusterIPs  []string   `json:"clusterIPs"`
+	ExternalIPs []string   `json:"externalIPs,omitempty"`
+	LBIPs       []string   `json:"loadBalancerIPs,omitempty"`
+	Endpoints   []Endpoint `json:"endpoints"`
+}
+
+// Endpoint is one backend with its conditions.
+type Endpoint struct {
+	Addr        string `json:"addr"`
+	Ready       bool   `json:"ready"`
+	Serving     bool   `json:"serving"`
+	Terminating bool   `json:"terminating"`
+	Node        string `json:"node,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+}
+
+// Sync is one programming of the data plane.
+type Sync struct {
+	Time     time.Time `json:"time"`
+	Millis   float64   `json:"ms"`
+	Full     bool      `json:"full"`
+	Error    string    `json:"error,omitempty"`
+	Chains   int       `json:"chains"`
+	Elements int       `json:"elements"`
+	Deleted  int       `json:"deleted"`
+	// ProgrammingMillis is the longest network programming latency this sync completed:
+	// from the EndpointSlice change the controller stamped to the rules being in place.
+	ProgrammingMillis float64 `json:"programmingMs,omitempty"`
+}
+
+// Dashboard collects the daemon's state into a Hub and serves it.
+type Dashboard struct {
+	hub  *Hub
+	opts Options
+
+	mu          sync.Mutex
+	snap        *model.Snapshot // last programmed
+	cluster     func() ClusterLink
+	lastTrigger map[model.ServicePortName]int64
+}
+
+// New returns a dashboard; Run starts its samplers, Serve its HTTP server.
+func New(o Options) *Dashboard {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Buffer == 0 {
+		o.Buffer = 256
+	}
+	if o.PongWait == 0 {
+		o.PongWait = 30 * time.Second
+	}
+	if o.Interval == 0 {
+		o.Interval = time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	d := &Dashboard{hub: NewHub(o.Buffer), opts: o, lastTrigger: map[model.ServicePortName]int64{}}
+	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: o.Mode, Node: o.Node, Started: o.Now()})
+	_ = d.hub.Set(KeyServices, []Service{})
+	_ = d.hub.Set(KeyCluster, map[string]any{"mode": "standalone"})
+	return d
+}
+
+// Hub returns the dashboard's hub.
+func (d *Dashboard) Hub() *Hub { return d.hub }
+
+// LogHandler returns a handler that writes to next and to the dashboard's log tail.
+func (d *Dashboard) LogHandler(next slog.Handler) slog.Handler { return Tee(next, d.hub) }
+
+// ClusterLink is the gateway's connection to its cluster.
+type ClusterLink struct {
+	Mode string `json:"mode"` // "cluster"
+	// Reachable: the API server answered the last request; Synced: every watch has listed.
+	Reachable bool `json:"reachable"`
+	Synced    bool `json:"synced"`
+	// WatchesHealthy: every watch is open.
+	WatchesHealthy bool `json:"watchesHealthy"`
+	// FromCache: the programmed state came from the state directory, not the API server.
+	FromCache    bool      `json:"fromCache"`
+	LastContact  time.Time `json:"lastContact"`
+	LeaseRenewed time.Time `json:"leaseRenewed"`
+	Problem      string    `json:"problem,omitempty"`
+}
+
+// WatchCluster makes the dashboard show the cluster link that fn reports (sampled).
+func (d *Dashboard) WatchCluster(fn func() ClusterLink) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cluster = fn
+}
+
+// Record wraps a dataplane so that every Program call lands in the sync history and every
+// programmed snapshot in the service list.
+func (d *Dashboard) Record(dp proxy.Dataplane) proxy.Dataplane { return &recorder{Dataplane: dp, d: d} }
+
+type recorder struct {
+	proxy.Dataplane
+	d *Dashboard
+}
+
+// Pending passes IPVS's draining through: the proxier asks the dataplane it holds.
+func (r *recorder) Pending() bool {
+	dr, ok := r.Dataplane.(proxy.Draining)
+	return ok && dr.Pending()
+}
+
+func (r *recorder) Program(snap *model.Snapshot, full bool) (proxy.Result, error) {
+	start := r.d.opts.Now()
+	res, err := r.Dataplane.Program(snap, full)
+	end := r.d.opts.Now()
+	s := Sync{Time: end, Millis: float64(end.Sub(start).Microseconds()) / 1000, Full: res.Full,
+		Chains: res.Written, Elements: res.Elements, Deleted: res.Deleted}
+	if err != nil {
+		s.Error = err.Error()
+	} else {
+		s.ProgrammingMillis = r.d.programmed(snap, end)
+	}
+	_ = r.d.hub.Append(KeySyncs, SyncLimit, s)
+	return res, err
+}
+
+// programmed stores a snapshot now in the kernel and returns the longest network
+// programming latency it completed, in milliseconds.
+func (d *Dashboard) programmed(snap *model.Snapshot, now time.Time) float64 {
+	d.mu.Lock()
+	d.snap = snap
+	var longest time.Duration
+	seen := map[model.ServicePortName]int64{}
+	for n, sp := range snap.Ports {
+		seen[n] = sp.TriggerTimeNanos
+		if sp.TriggerTimeNanos > d.lastTrigger[n] {
+			if l := now.Sub(time.Unix(0, sp.TriggerTimeNanos)); l > longest {
+				longest = l
+			}
+		}
+	}
+	d.lastTrigger = seen
+	d.mu.Unlock()
+	_ = d.hub.Set(KeyServices, services(snap))
+	return float64(longest.Microseconds()) / 1000
+}
+
+// Snapshot returns the last programmed snapshot, nil before the first sync.
+func (d *Dashboard) Snapshot() *model.Snapshot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.snap
+}
+
+func services(snap *model.Snapshot) []Service {
+	out := []Service{}
+	for _, sp := range snap.Sorted() {
+		s := Service{Name: sp.Name.String(), Type: string(sp.Type), Protocol: string(sp.Name.Protocol),
+			Port: sp.Port, NodePort: sp.NodePort, ClusterIPs: addrs(sp.ClusterIPs), ExternalIPs: addrs(sp.ExternalIPs),
+			Endpoints: []Endpoint{}}
+		for _, ip := range sp.LoadBalancerIPs {
+			s.LBIPs = append(s.LBIPs, ip.Addr.String())
+		}
+		for _, e := range sp.Endpoints {
+			s.Endpoints = append(s.Endpoints, Endpoint{Addr: e.String(), Ready: e.Ready, Serving: e.Serving,
+				Terminating: e.Terminating, Node: e.NodeName, Zone: e.Zone})
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func addrs(as []netip.Addr) []string {
+	out := make([]string, 0, len(as))
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// Run samples counters, the cluster link and the network until ctx ends, and pushes what
+// changed. The data plane's counters live in the kernel, which tells no one when they move.
+func (d *Dashboard) Run(ctx context.Context) {
+	t := time.NewTicker(d.opts.Interval)
+	defer t.Stop()
+	failed := map[string]bool{}
+	report := func(what string, err error) {
+		if err != nil && !failed[what] {
+			d.opts.Log.Warn("dashboard cannot read "+what, "err", err)
+		}
+		failed[what] = err != nil
+	}
+	for {
+		d.mu.Lock()
+		snap, cluster := d.snap, d.cluster
+		d.mu.Unlock()
+		if d.opts.Traffic != nil && snap != nil {
+			tr, err := d.opts.Traffic.Traffic(snap)
+			report("traffic counters", err)
+			if err == nil {
+				_ = d.hub.Set(KeyTraffic, tr)
+			}
+		}
+		if cluster != nil {
+			if err := d.hub.Set(KeyCluster, cluster()); err != nil {
+				report("the cluster link", err)
+			}
+		}
+		if d.opts.Kernel != nil {
+			n, err := d.opts.Kernel.Network()
+			report("addresses and routes", err)
+			if err == nil {
+				_ = d.hub.Set(KeyNetwork, n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// NFTCounters reads the named counters of the nftables mode's table of a family.
+type NFTCounters interface {
+	Counters(f model.Family, table string) (map[string]BackendTraffic, error)
+}
+
+// NFTTraffic is the nftables mode's TrafficSource: the plan gives every service port and
+// every endpoint a named counter (see plan.EndpointChain). Full syncs rewrite the table in
+// place and keep them, but a table recreated (a set that changed type, --cleanup, an
+// operator's nft delete) restarts them from zero; NFTTraffic carries the counts across, so
+// the numbers it reports never go back (what a restart loses between two samples stays
+// lost).
+type NFTTraffic struct {
+	Counters NFTCounters
+	Families []model.Family
+
+	mu   sync.Mutex
+	last map[string]BackendTraffic // raw kernel values at the previous read
+	base map[string]BackendTraffic // counts carried over restarts
+}
+
+// Traffic implements TrafficSource.
+func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error) {
+	raw := map[string]BackendTraffic{}
+	for _, f := range n.Families {
+		c, err := n.Counters.Counters(f, plan.TableName)
+		if err != nil {
+			return nil, fmt.Errorf("%s counters of table %s: %w", f, plan.TableName, err)
+		}
+		for name, v := range c {
+			raw[f.String()+" "+name] = v
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.base == nil {
+		n.last, n.base = map[string]BackendTraffic{}, map[string]BackendTraffic{}
+	}
+	for key := range n.last {
+		if _, ok := raw[key]; !ok { // the endpoint is gone: forget it
+			delete(n.last, key)
+			delete(n.base, key)
+		}
+	}
+	all := map[string]BackendTraffic{}
+	for key, v := range raw {
+		if prev, ok := n.last[key]; ok && (v.Packets < prev.Packets || v.Bytes < prev.Bytes) {
+			b := n.base[key]
+			n.base[key] = BackendTraffic{Packets: b.Packets + prev.Packets, Bytes: b.Bytes + prev.Bytes}
+		}
+		n.last[key] = v
+		name := key[strings.IndexByte(key, ' ')+1:]
+		s, b := all[name], n.base[key]
+		all[name] = BackendTraffic{Packets: s.Packets + v.Packets + b.Packets, Bytes: s.Bytes + v.Bytes + b.Bytes}
+	}
+	out := map[string]ServiceTraffic{}
+	for _, sp := range snap.Sorted() {
+		st := ServiceTraffic{BackendTraffic: firstPackets(all["service-"+plan.ChainBase(sp.Name)]), Backends: map[string]BackendTraffic{}}
+		for _, e := range sp.Endpoints {
+			st.Backends[e.String()] = firstPackets(all[plan.EndpointChain(sp.Name, e)])
+		}
+		out[sp.Name.String()] = st
+	}
+	return out, nil
+}
+
+// firstPackets is a count of first packets: one per connection.
+func firstPackets(c BackendTraffic) BackendTraffic {
+	c.Connections = c.Packets
+	return c
+}

@@ -1,0 +1,331 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/webui"
+)
+
+// CookieName carries the token after the page was opened with ?token=, so that the page's
+// own files, views and websocket need no token in their URLs.
+const CookieName = "edgegate_token"
+
+// writeWait bounds one websocket write: a client that does not take a frame in that time
+// is gone. Options.PongWait bounds the silence of one that stopped answering pings.
+const writeWait = 5 * time.Second
+
+// Handler returns the dashboard's HTTP handler: every path needs the token and, when the
+// request names an Origin, the dashboard's own.
+func (d *Dashboard) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/ws", d.serveWS)
+	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(d.hub.Snapshot())
+	})
+	mux.HandleFunc("GET /api/nft", d.serveRules(ModeNFTables))
+	mux.HandleFunc("GET /api/iptables", d.serveRules(ModeIPTables))
+	mux.HandleFunc("GET /api/ipvs", d.serveIPVS)
+	mux.HandleFunc("GET /api/conntrack", d.serveConntrack)
+	mux.HandleFunc("GET /api/network", d.serveNetwork)
+	mux.HandleFunc("GET /api/logs", d.serveLogs)
+	mux.Handle("GET /", http.FileServerFS(webui.Files))
+	return d.guard(mux)
+}
+
+// Proxy modes whose rules the views can show.
+const (
+	ModeNFTables = "nftables"
+	ModeIPTables = "iptables"
+	ModeIPVS     = "ipvs"
+)
+
+// guard checks method, Origin and token, and sets the headers every answer carries.
+func (d *Dashboard) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+		h.Set("Cache-Control", "no-store")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "the dashboard is read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		if !sameOrigin(r) {
+			http.Error(w, "origin "+r.Header.Get("Origin")+" is not this dashboard's", http.StatusForbidden)
+			return
+		}
+		got, from := requestToken(r)
+		switch {
+		case got == "":
+			http.Error(w, "token required: open the dashboard as /?token=<token> (the console shows it)", http.StatusUnauthorized)
+			return
+		case subtle.ConstantTimeCompare([]byte(got), []byte(d.opts.Token)) != 1:
+			http.Error(w, "wrong token", http.StatusForbidden)
+			return
+		}
+		if from == "query" {
+			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: got, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestToken finds the token in the Authorization header, the query or the cookie.
+func requestToken(r *http.Request) (token, from string) {
+	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && t != "" {
+		return t, "header"
+	}
+	if t := r.URL.Query().Get("token"); t != "" {
+		return t, "query"
+	}
+	if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
+		return c.Value, "cookie"
+	}
+	return "", ""
+}
+
+// sameOrigin accepts requests without Origin (curl, top-level navigation) and those whose
+// Origin is the host they were sent to: a page elsewhere must not read the gateway's state
+// through the operator's browser.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
+}
+
+var upgrader = websocket.Upgrader{
+	ReadBufferSize: 1024, WriteBufferSize: 16 << 10, HandshakeTimeout: 5 * time.Second,
+	// guard has checked the Origin already; checking again keeps the upgrader safe alone.
+	CheckOrigin: sameOrigin,
+}
+
+func (d *Dashboard) serveWS(w http.ResponseWriter, r *http.Request) {
+	conn, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	c := d.hub.Subscribe()
+	defer d.hub.Unsubscribe(c)
+	defer conn.Close()
+	// The reader only answers pings and notices a closed or silent client; the dashboard
+	// takes no input.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		conn.SetReadLimit(512)
+		_ = conn.SetReadDeadline(time.Now().Add(d.opts.PongWait))
+		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(d.opts.PongWait)) })
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+	ping := time.NewTicker(d.opts.PongWait * 2 / 3)
+	defer ping.Stop()
+	for {
+		select {
+		case m, ok := <-c.C:
+			_ = conn.SetWriteDeadline(time.Now().Add(writeWait))
+			if !ok {
+				// Dropped for falling behind: the client reconnects to a fresh snapshot.
+				_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "too slow"))
+				return
+			}
+			if err := conn.WriteMessage(websocket.TextMessage, m); err != nil {
+				return
+			}
+		case <-ping.C:
+			_ = conn.SetWriteDeadline(time.Now().Add(writeWait))
+			if err := conn.WriteMessage(websocket.PingMessage, nil); err != nil {
+				return
+			}
+		case <-gone:
+			return
+		case <-r.Context().Done():
+			_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "stopping"))
+			return
+		}
+	}
+}
+
+// serveRules writes the rules of the last programmed snapshot as the mode's stock tool
+// prints them, or 404 when the gateway runs another mode.
+func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if d.opts.Mode != mode {
+			http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, mode), http.StatusNotFound)
+			return
+		}
+		snap := d.Snapshot()
+		if snap == nil {
+			http.Error(w, "nothing programmed yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "# %s rules of snapshot %d, as programmed\n", mode, snap.Generation)
+		for _, f := range d.opts.Families {
+			switch mode {
+			case ModeNFTables:
+				fmt.Fprint(w, plan.NFT(snap, f, d.opts.Plan).Dump())
+			case ModeIPTables:
+				fmt.Fprintf(w, "# %s\n%s", f, plan.IPT(snap, f, d.opts.Plan).Dump())
+			}
+		}
+	}
+}
+
+// serveIPVS reads the IPVS table back from the kernel: in ipvs mode the kernel's table,
+// with its per-real-server stats, is what an operator compares against.
+func (d *Dashboard) serveIPVS(w http.ResponseWriter, _ *http.Request) {
+	if d.opts.Mode != ModeIPVS {
+		http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, ModeIPVS), http.StatusNotFound)
+		return
+	}
+	k, ok := d.opts.Kernel.(IPVSTable)
+	if !ok {
+		http.Error(w, "no IPVS view", http.StatusNotImplemented)
+		return
+	}
+	text, err := k.IPVS()
+	if err != nil {
+		http.Error(w, "IPVS table: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, text)
+}
+
+// serveConntrack lists conntrack entries; ?family=4|6 picks a family, every q= word must
+// appear in a line (q=dport=80 q=tcp).
+func (d *Dashboard) serveConntrack(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Kernel == nil {
+		http.Error(w, "no kernel view", http.StatusNotImplemented)
+		return
+	}
+	families := d.opts.Families
+	if f := r.URL.Query().Get("family"); f != "" {
+		n, err := strconv.Atoi(f)
+		if err != nil || (n != 4 && n != 6) {
+			http.Error(w, "family: want 4 or 6, not "+f, http.StatusBadRequest)
+			return
+		}
+		families = []model.Family{model.Family(n)}
+	}
+	words := r.URL.Query()["q"]
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	for _, f := range families {
+		lines, err := d.opts.Kernel.Conntrack(f)
+		if err != nil {
+			fmt.Fprintf(w, "# %s: %v\n", f, err)
+			continue
+		}
+		for _, l := range lines {
+			if !slices.ContainsFunc(words, func(q string) bool { return !strings.Contains(l, q) }) {
+				fmt.Fprintln(w, l)
+			}
+		}
+	}
+}
+
+func (d *Dashboard) serveNetwork(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Kernel == nil {
+		http.Error(w, "no kernel view", http.StatusNotImplemented)
+		return
+	}
+	n, err := d.opts.Kernel.Network()
+	if err != nil {
+		http.Error(w, "addresses and routes: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if r.URL.Query().Get("format") == "text" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, l := range n.Links {
+			state := "DOWN"
+			if l.Up {
+				state = "UP"
+			}
+			fmt.Fprintf(w, "%s %s %s\n", l.Name, state, strings.Join(l.Addrs, " "))
+		}
+		fmt.Fprintln(w)
+		for _, rt := range n.Routes {
+			fmt.Fprintln(w, rt)
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(n)
+}
+
+// serveLogs writes the newest ?n= (default all) log lines as text.
+func (d *Dashboard) serveLogs(w http.ResponseWriter, r *http.Request) {
+	n := 0
+	if s := r.URL.Query().Get("n"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			http.Error(w, "n: want a count, not "+s, http.StatusBadRequest)
+			return
+		}
+		n = v
+	}
+	var entries []LogEntry
+	for _, raw := range d.hub.List(KeyLogs) {
+		var e LogEntry
+		if json.Unmarshal(raw, &e) == nil {
+			entries = append(entries, e)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, logLines(entries, n))
+}
+
+// baseContext makes request contexts derive from ctx, so open websockets end with the
+// daemon (Shutdown does not wait for hijacked connections).
+func (d *Dashboard) baseContext(ctx context.Context) func(net.Listener) context.Context {
+	return func(net.Listener) context.Context { return ctx }
+}
+
+// Serve runs the HTTP server on addr until ctx ends.
+func (d *Dashboard) Serve(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	return d.ServeListener(ctx, ln)
+}
+
+// ServeListener is Serve on a listener the caller opened.
+func (d *Dashboard) ServeListener(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: d.baseContext(ctx)}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+// Package kernelview reads what the dashboard shows from the running kernel: the nftables
+// mode's named counters, the IPVS table, interfaces with addresses, routes, and conntrack
+// entries.
+package kernelview
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/dashboard"
+	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// Kernel implements dashboard.Kernel and dashboard.NFTCounters on the current network
+// namespace. Each call opens its own sockets: the dashboard reads rarely, and a long-lived
+// socket would need a lock shared with nothing else.
+type Kernel struct{}
+
+var (
+	_ dashboard.Kernel      = Kernel{}
+	_ dashboard.NFTCounters = Kernel{}
+	_ dashboard.IPVSTable   = Kernel{}
+)
+
+func tableFamily(f model.Family) nftables.TableFamily {
+	if f == model.IPv6 {
+		return nftables.TableFamilyIPv6
+	}
+	return nftables.TableFamilyIPv4
+}
+
+func netlinkFamily(f model.Family) int {
+	if f == model.IPv6 {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
+}
+
+// Counters reads every named counter of a table; a missing table has none.
+func (Kernel) Counters(f model.Family, table string) (map[string]dashboard.BackendTraffic, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	defer conn.CloseLasting()
+	tables, err := conn.ListTablesOfFamily(tableFamily(f))
+	if err != nil {
+		return nil, fmt.Errorf("nftables %s tables: %w", f, err)
+	}
+	out := map[string]dashboard.BackendTraffic{}
+	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return t.Name == table })
+	if i < 0 {
+		return out, nil
+	}
+	// GetObjects returns counters as CounterObj, which needs no expression types.
+	objs, err := conn.GetObjects(tables[i])
+	if err != nil {
+		return nil, fmt.Errorf("nftables %s table %s objects: %w", f, table, err)
+	}
+	for _, o := range objs {
+		if c, ok := o.(*nftables.CounterObj); ok {
+			out[c.Name] = dashboard.BackendTraffic{Packets: c.Packets, Bytes: c.Bytes}
+		}
+	}
+	return out, nil
+}
+
+// Network lists the interfaces with their addresses and the routes of every table.
+func (Kernel) Network() (dashboard.Network, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return dashboard.Network{}, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return dashboard.Network{}, fmt.Errorf("links: %w", err)
+	}
+	var n dashboard.Network
+	names := map[int]string{}
+	for _, l := range links {
+		a := l.Attrs()
+		names[a.Index] = a.Name
+		addrs, err := h.AddrList(l, unix.AF_UNSPEC)
+		if err != nil {
+			return n, fmt.Errorf("addresses of %s: %w", a.Name, err)
+		}
+		dl := dashboard.Link{Name: a.Name, Up: a.Flags&unix.IFF_UP != 0, Addrs: []string{}}
+		for _, ad := range addrs {
+			dl.Addrs = append(dl.Addrs, ad.IPNet.String())
+		}
+		n.Links = append(n.Links, dl)
+	}
+	sort.Slice(n.Links, func(i, j int) bool { return n.Links[i].Name < n.Links[j].Name })
+	routes, err := h.RouteListFiltered(unix.AF_UNSPEC, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return n, fmt.Errorf("routes: %w", err)
+	}
+	n.Routes = []string{}
+	for _, r := range routes {
+		n.Routes = append(n.Routes, routeString(r, names))
+	}
+	return n, nil
+}
+
+// routeString prints a route the way ip route does, roughly.
+func routeString(r netlink.Route, names map[int]string) string {
+	s := "default"
+	if r.Dst != nil {
+		s = r.Dst.String()
+	}
+	if r.Gw != nil {
+		s += " via " + r.Gw.String()
+	}
+	if dev := names[r.LinkIndex]; dev != "" {
+		s += " dev " + dev
+	}
+	if r.Src != nil {
+		s += " src " + r.Src.String()
+	}
+	if r.Table != unix.RT_TABLE_MAIN {
+		s += fmt.Sprintf(" table %d", r.Table)
+	}
+	if r.Type == unix.RTN_LOCAL {
+		s = "local " + s
+	}
+	return s
+}
+
+// Conntrack lists the entries of a family in conntrack -L form.
+func (Kernel) Conntrack(f model.Family) ([]string, error) {
+	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.InetFamily(netlinkFamily(f)))
+	if err != nil {
+		return nil, fmt.Errorf("conntrack %s: %w", f, err)
+	}
+	out := make([]string, 0, len(flows))
+	for _, fl := range flows {
+		out = append(out, fl.String())
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// IPVS prints the IPVS table as `ipvsadm -Ln` does, followed by its `--stats` form.
+func (Kernel) IPVS() (string, error) {
+	if err := ipvs.Available(); err != nil {
+		return "", err
+	}
+	t, err := ipvs.Open()
+	if err != nil {
+		return "", fmt.Errorf("ipvs: %w", err)
+	}
+	defer t.Close()
+	entries, err := ipvs.List(t)
+	if err != nil {
+		return "", fmt.Errorf("ipvs: %w", err)
+	}
+	return ipvs.Format(entries, false) + "\n" + ipvs.Format(entries, true), nil
+}

@@ -1,0 +1,57 @@
+package kernelview
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/edgegate/edgegate/daemon/dashboard"
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
+	"github.com/edgegate/edgegate/daemon/kernel/nft"
+	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// TestReadBackProgrammedTable programs the nftables mode's table in a throwaway namespace
+// and reads its counters, links and conntrack table back the way the dashboard does.
+func TestReadBackProgrammedTable(t *testing.T) {
+	kerneltest.NeedRoot(t)
+	kerneltest.InNetns(t, "egdash", func(string) {
+		snap := mt.Snapshot(
+			mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
+			mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.0.1.1"), mt.EP("10.0.1.2"), mt.EP("10.0.1.3")))
+		table := plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"})
+		if _, err := nft.New().Apply([]*plan.Table{table}, true); err != nil {
+			t.Fatal(err)
+		}
+		k := Kernel{}
+		got, err := k.Counters(model.IPv4, plan.TableName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := slices.Sorted(maps.Keys(table.Counters)); !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
+			t.Errorf("counters read back %v, want the plan's %v", slices.Sorted(maps.Keys(got)), want)
+		}
+		if none, err := k.Counters(model.IPv6, plan.TableName); err != nil || len(none) != 0 {
+			t.Errorf("a family without the table: %v %v, want no counters and no error", none, err)
+		}
+		tr, err := (&dashboard.NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)
+		if err != nil || len(tr["default/web:http"].Backends) != 3 {
+			t.Errorf("traffic %+v %v, want default/web:http with its 3 backends", tr, err)
+		}
+
+		n, err := k.Network()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(n.Links) != 1 || n.Links[0].Name != "lo" {
+			t.Errorf("links of a fresh namespace: %+v, want lo only", n.Links)
+		}
+		if lines, err := k.Conntrack(model.IPv4); err != nil || len(lines) != 0 {
+			t.Errorf("conntrack of a fresh namespace: %q %v, want no entries and no error", lines, err)
+		}
+	})
+}
