@@ -34,9 +34,13 @@ deps-qemu:
 # board loaded, a Go test binary run in the guest). TestFirmwareBoot boots qemu-x86_64 and
 # qemu-arm64 with the real firmware, edgegate as PID 1 on baked standalone manifests, twice
 # each (once with the daemon panicking), checks the rules and TCP through a ClusterIP inside
-# the guest, and logs boot-to-ready times and initramfs sizes (-v shows them). The boards
-# boot side by side: on 2 cores that was faster (43 s) than one after the other (60 s).
-# Under CI=true a missing QEMU or kernel fails, never skips.
+# the guest, and logs boot-to-ready times and initramfs sizes (-v shows them). TestIPVS boots
+# both QEMU boards in ipvs mode (the development hosts have no IPVS) and runs package lab's
+# traffic matrix inside the guest: in full on qemu-x86_64, a smoke subset on qemu-arm64, plus
+# the schedulers, IPVS counters, graceful termination and switching among the three modes.
+# The boards boot side by side: on 2 cores that was faster (43 s) than one after the other
+# (60 s); TestIPVS takes about 70 s more. Under CI=true a missing QEMU or kernel fails,
+# never skips.
 test-firmware: deps-qemu
 	@hack/require-root.sh
 	$(GO) test -count=1 -timeout 20m ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...

@@ -201,32 +201,41 @@ func (h *Host) OpenUDP(localPort uint16, remote string) (*UDPFlow, error) {
 	return &UDPFlow{conn: c}, nil
 }
 
+// udpQuestion is what a UDPFlow sends; package whoami answers any datagram.
+const udpQuestion = "who\n"
+
 // Ask sends one datagram and waits up to DialTimeout for the answer. A connected UDP
 // socket reports an ICMP port unreachable for an earlier datagram as Refused.
 func (f *UDPFlow) Ask() Result {
-	start := time.Now()
-	r := f.ask()
-	r.Took = time.Since(start)
+	_, r := f.askRaw()
 	return r
 }
 
-func (f *UDPFlow) ask() Result {
+// askRaw is Ask that also returns the answer's length in bytes.
+func (f *UDPFlow) askRaw() (int, Result) {
+	start := time.Now()
+	n, r := f.ask()
+	r.Took = time.Since(start)
+	return n, r
+}
+
+func (f *UDPFlow) ask() (int, Result) {
 	if err := f.conn.SetDeadline(time.Now().Add(DialTimeout)); err != nil {
-		return Result{Outcome: Failed, Err: err}
+		return 0, Result{Outcome: Failed, Err: err}
 	}
-	if _, err := f.conn.Write([]byte("who\n")); err != nil {
-		return Result{Outcome: classify(err), Err: err}
+	if _, err := f.conn.Write([]byte(udpQuestion)); err != nil {
+		return 0, Result{Outcome: classify(err), Err: err}
 	}
 	buf := make([]byte, 512)
 	n, err := f.conn.Read(buf)
 	if err != nil {
-		return Result{Outcome: classify(err), Err: err}
+		return 0, Result{Outcome: classify(err), Err: err}
 	}
 	reply, err := whoami.Parse(strings.TrimSpace(string(buf[:n])))
 	if err != nil {
-		return Result{Outcome: Failed, Err: err}
+		return n, Result{Outcome: Failed, Err: err}
 	}
-	return Result{Outcome: Answered, Reply: reply}
+	return n, Result{Outcome: Answered, Reply: reply}
 }
 
 // LocalAddr is the flow's source address and port.

@@ -2,7 +2,9 @@ package lab
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,12 +77,13 @@ func buildDaemon() (string, error) {
 
 // Daemon is an edgegate process running in the lab's gateway namespace.
 type Daemon struct {
-	PID     int
-	cmd     *exec.Cmd
-	logDone chan struct{}
-	exited  chan struct{}
-	waitErr error
-	stopped bool
+	PID        int
+	metricsURL string
+	cmd        *exec.Cmd
+	logDone    chan struct{}
+	exited     chan struct{}
+	waitErr    error
+	stopped    bool
 
 	mu   sync.Mutex
 	logs []string
@@ -107,7 +110,22 @@ func (d *Daemon) LogLine(texts ...string) (string, bool) {
 func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 	t.Helper()
 	bin := DaemonBinary(t)
-	cmd := exec.Command("ip", append([]string{"netns", "exec", l.Gateway.NS, bin}, args...)...)
+	args = args[:len(args):len(args)]
+	if _, set := flagValue(args, "state-dir"); !set {
+		// The daemon's default state directory is the host's /var/lib/edgegate: a test
+		// daemon keeps its state in the test's.
+		args = append(args, "--state-dir", t.TempDir())
+	}
+	if _, set := flagValue(args, "dashboard-token-file"); !set {
+		// The dashboard (on its default address, port 80 of every gateway address) takes
+		// the lab's token, so that tests can read it (DashboardState).
+		file := filepath.Join(t.TempDir(), "dashboard-token")
+		if err := os.WriteFile(file, []byte(DashboardToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--dashboard-token-file", file)
+	}
+	cmd := exec.Command(bin, args...)
 	// If the test binary dies (a test timeout), the daemon must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logs, err := cmd.StderrPipe()
@@ -115,11 +133,10 @@ func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 		t.Fatalf("start edgegate: %v", err)
 	}
 	cmd.Stdout = cmd.Stderr
-	if err := cmd.Start(); err != nil {
+	if err := l.Gateway.Start(cmd); err != nil {
 		t.Fatalf("start edgegate: %v", err)
 	}
-	// ip netns exec execs the command in place, so this is the daemon's own PID.
-	d := &Daemon{PID: cmd.Process.Pid, cmd: cmd, logDone: make(chan struct{}), exited: make(chan struct{})}
+	d := &Daemon{PID: cmd.Process.Pid, metricsURL: metricsURL(args), cmd: cmd, logDone: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
 		defer close(d.logDone)
 		sc := bufio.NewScanner(logs)
@@ -168,12 +185,17 @@ func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
 
 // synced reports whether the daemon has finished a sync: /healthz answers 200 from the
 // start, as kube-proxy's does, before any rule exists. It reads the last-sync timestamp from
-// the metrics, and counts a daemon that serves none (--metrics-bind-address elsewhere or
-// empty) as synced once healthy.
+// the metrics; a daemon started without them (--metrics-bind-address empty) counts as
+// synced once healthy. Metrics that do not answer yet mean not synced yet: the metrics
+// server may start after healthz, and a test must not run before the first sync (it would
+// see the previous daemon's rules half removed).
 func (d *Daemon) synced(l *Lab) bool {
-	code, body, err := l.Gateway.Fetch(MetricsURL)
-	if err != nil || code != 200 {
+	if d.metricsURL == "" {
 		return true
+	}
+	code, body, err := l.Gateway.Fetch(d.metricsURL)
+	if err != nil || code != 200 {
+		return false
 	}
 	for line := range strings.Lines(body) {
 		if v, ok := strings.CutPrefix(line, "edgegate_sync_proxy_rules_last_timestamp_seconds "); ok {
@@ -181,6 +203,70 @@ func (d *Daemon) synced(l *Lab) bool {
 		}
 	}
 	return false
+}
+
+// metricsURL is where a daemon started with args serves its metrics, seen from inside the
+// gateway ("" when it serves none): the last --metrics-bind-address, else the daemon's
+// default, MetricsURL.
+func metricsURL(args []string) string {
+	addr, set := flagValue(args, "metrics-bind-address")
+	if !set {
+		return MetricsURL
+	}
+	if addr == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return MetricsURL
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/metrics"
+}
+
+// flagValue returns the value of the last --name flag in args (as --name=value or
+// --name value), and whether there is one.
+func flagValue(args []string, name string) (string, bool) {
+	value, set := "", false
+	for i, a := range args {
+		n, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || n != name {
+			continue
+		}
+		switch {
+		case hasValue:
+			value, set = v, true
+		case i+1 < len(args):
+			value, set = args[i+1], true
+		}
+	}
+	return value, set
+}
+
+// DashboardToken is the dashboard access token of every daemon StartDaemon starts without
+// a --dashboard-token-file of its own.
+const DashboardToken = "lab-dashboard-token-0123456789"
+
+// DashboardURL is the dashboard of a daemon on its default address, seen from inside the
+// gateway.
+const DashboardURL = "http://127.0.0.1:80/"
+
+// DashboardState reads the state the daemon's dashboard pushes to its pages (GET
+// /api/state, on the default address with DashboardToken) into v.
+func (l *Lab) DashboardState(v any) error {
+	code, body, err := l.Gateway.Fetch(DashboardURL + "api/state?token=" + DashboardToken)
+	if err != nil {
+		return fmt.Errorf("dashboard state: %w", err)
+	}
+	if code != 200 {
+		return fmt.Errorf("dashboard state: %d %s", code, strings.TrimSpace(body))
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		return fmt.Errorf("dashboard state: %w", err)
+	}
+	return nil
 }
 
 // Exited reports whether the daemon has exited, and how.

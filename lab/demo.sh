@@ -141,6 +141,9 @@ done
 grep -qx ready "$WORK/cluster.log" || fail "the control plane was not ready within 10 minutes" "$WORK/cluster.log"
 grep '^egdemo:' "$WORK/cluster.log" | sed 's/^egdemo: /demo: /'
 SERVER=$(cat "$WORK/cluster/gateway/server")
+# The dashboard's access token, provisioned like the cluster token.
+DASHBOARD_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+DASHBOARD_PORT=${DASHBOARD_PORT:-8080}
 KUBECTL=(ip netns exec "$CP" "$EGDEMO" nodes -kubeconfig "$WORK/cluster/admin.kubeconfig")
 
 start_netns_gateway() {
@@ -150,10 +153,12 @@ start_netns_gateway() {
 	ip -n "$GW" addr add 10.200.1.1/24 dev c1
 	ip -n "$GW" addr add fd00:200:1::1/64 dev c1 nodad
 	ip -n "$GW" link set c1 up
+	(umask 077 && echo "$DASHBOARD_TOKEN" >"$WORK/dashboard-token")
 	echo "demo: starting edgegate in $GW, joining $SERVER as Node $NODE"
 	ip netns exec "$GW" "$EDGEGATE" --api-server "$SERVER" --token-file "$WORK/cluster/gateway/token" \
 		--ca-file "$WORK/cluster/gateway/ca.crt" --state-dir "$WORK/state" \
 		--hostname-override "$NODE" --node-ip 10.200.1.1,fd00:200:1::1 --zone demo-zone \
+		--dashboard-token-file "$WORK/dashboard-token" \
 		2>"$WORK/edgegate.log" &
 	PIDS+=($!)
 	GATEWAY_LOG=$WORK/edgegate.log
@@ -181,6 +186,7 @@ start_firmware_gateway() {
 
 	mkdir -p "$WORK/data"
 	cp "$WORK/cluster/gateway/token" "$WORK/cluster/gateway/ca.crt" "$WORK/data/"
+	(umask 077 && echo "$DASHBOARD_TOKEN" >"$WORK/data/dashboard-token")
 	cat >"$WORK/data/config.yaml" <<-EOF
 		# The gateway's own configuration, on its data partition.
 		apiServer: $SERVER
@@ -191,6 +197,7 @@ start_firmware_gateway() {
 		zone: demo-zone
 		# No shell on the box: Prometheus scrapes it over the network.
 		metricsBindAddress: 0.0.0.0:10249
+		dashboardTokenFile: /var/lib/edgegate/dashboard-token
 	EOF
 	truncate -s 32M "$WORK/data.img"
 	mke2fs -q -t ext4 -L edgegate-data -d "$WORK/data" "$WORK/data.img"
@@ -284,6 +291,35 @@ if [[ $GATEWAY == firmware ]]; then
 	echo
 	echo "demo: the gateway's serial console, PID 1's markers:"
 	grep -aE 'EDGEGATE-|msg="persistent' "$GATEWAY_LOG" | sed 's/^.*EDGEGATE-/EDGEGATE-/; s/^/  /' | head -20
+fi
+
+# The dashboard, on the gateway's port 80, brought to the host's loopback: egdemo listens on
+# 127.0.0.1 and opens each connection from inside the client's namespace.
+"$EGDEMO" forward -listen "127.0.0.1:$DASHBOARD_PORT" -netns "$CLIENT" -to 10.200.1.1:80 >"$WORK/forward.log" 2>&1 &
+PIDS+=($!)
+DASHBOARD_URL="http://127.0.0.1:$DASHBOARD_PORT/?token=$DASHBOARD_TOKEN"
+dashboard_ok=0
+for _ in $(seq 50); do
+	if state=$(curl -s --max-time 2 -H "Authorization: Bearer $DASHBOARD_TOKEN" "http://127.0.0.1:$DASHBOARD_PORT/api/state"); then
+		dashboard_ok=1
+		break
+	fi
+	sleep 0.2
+done
+echo
+if ((dashboard_ok)); then
+	echo "demo: the dashboard: $DASHBOARD_URL"
+	echo "      (token $DASHBOARD_TOKEN; /api/state answered with ${#state} bytes)"
+else
+	echo "demo: the dashboard did not answer on 127.0.0.1:$DASHBOARD_PORT; the forwarder's log:" >&2
+	cat "$WORK/forward.log" >&2
+	failures=$((failures + 1))
+fi
+
+if ((failures == 0)) && [[ -t 0 && -z ${CI:-} ]]; then
+	echo "demo: the lab stays up for the dashboard; press Ctrl-C to end it"
+	trap 'exit 0' INT
+	while kill -0 "${PIDS[-1]}" 2>/dev/null; do sleep 1; done
 fi
 
 ((failures == 0))

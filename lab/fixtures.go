@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 // matrixNamespace holds every Service of the traffic matrix.
@@ -68,6 +70,22 @@ func loadBalancer(np int32, ips ...string) serviceMod {
 		for _, ip := range ips {
 			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip})
 		}
+	}
+}
+
+// externalIPs sets spec.externalIPs.
+func externalIPs(ips ...string) serviceMod {
+	return func(s *v1.Service) { s.Spec.ExternalIPs = ips }
+}
+
+// ipvsScheduler picks the Service's IPVS scheduler with edgegate's annotation (ipvs mode
+// only; the other modes ignore it).
+func ipvsScheduler(name string) serviceMod {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[plan.SchedulerAnnotation] = name
 	}
 }
 

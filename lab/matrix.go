@@ -2,11 +2,16 @@ package lab
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/nftables"
+	discovery "k8s.io/api/discovery/v1"
 )
 
 // Scenario is one row of the traffic matrix: the manifests it needs and a check that drives
@@ -26,35 +31,96 @@ type Gateway struct {
 	traits    modeTraits
 }
 
-// modeTraits is what differs between proxy modes when a scenario looks at the rules
-// themselves instead of at traffic.
+// modeTraits is what differs between proxy modes when a scenario looks at the kernel's
+// state itself instead of at traffic.
 type modeTraits struct {
-	// ruleset are texts `nft list ruleset` in the gateway shows while the daemon runs and
-	// no longer shows after `edgegate --cleanup`.
+	// ruleset are lines of KernelState.String that the gateway shows while the daemon runs
+	// in this mode (with the matrix's services).
 	ruleset []string
+	// owned lists what of this mode the kernel holds: tables, chains and jumps, virtual
+	// servers, links. Empty after `edgegate --cleanup` and after a start in another mode.
+	owned func(KernelState) []string
 	// breakRules removes programmed rules by hand, as a careless operator would, so that
 	// traffic to services fails until the daemon repairs it.
 	breakRules func(t *testing.T, l *Lab)
+	// scenarios are the mode's own rows of the matrix, run after the shared ones.
+	scenarios func() []Scenario
 }
 
 // modes holds the traits of every proxy mode the matrix can run against.
 var modes = map[string]modeTraits{
 	"nftables": {
 		ruleset:    []string{"table ip edgegate", "table ip6 edgegate"},
+		owned:      func(s KernelState) []string { return s.TablesNamed("edgegate") },
 		breakRules: flushNFTServices,
 	},
 	// iptables mode lives in the shared ip/ip6 nat and filter tables, under EG- chains.
 	"iptables": {
 		ruleset:    []string{"chain EG-SERVICES", "chain EG-POSTROUTING", "jump EG-SERVICES"},
+		owned:      iptablesOwned,
 		breakRules: flushIptServices,
+	},
+	// ipvs mode: virtual servers on the dummy interface's addresses, and the auxiliary
+	// rules in a table of their own. It needs IPVS in the kernel: the QEMU guest's.
+	"ipvs": {
+		ruleset:    []string{"table ip edgegate-ipvs", "table ip6 edgegate-ipvs", "link edgegate-ipvs0 dummy", "TCP  10.96.10.1:80 rr"},
+		owned:      ipvsOwned,
+		breakRules: flushIPVS,
+		scenarios:  ipvsScenarios,
 	},
 }
 
-// flushIptServices empties nat EG-SERVICES, through which every service lookup goes, with
-// nft (the lab needs no iptables binary to break iptables-mode rules).
+// iptablesOwned lists the EG- chains of every table and the jumps into them.
+func iptablesOwned(s KernelState) []string {
+	var out []string
+	for _, t := range s.Tables {
+		for _, c := range t.Chains {
+			if strings.HasPrefix(c.Name, "EG-") {
+				out = append(out, fmt.Sprintf("chain %s %s %s", t.Family, t.Name, c.Name))
+				continue
+			}
+			for _, j := range c.Jumps {
+				if _, to, _ := strings.Cut(j, " "); strings.HasPrefix(to, "EG-") {
+					out = append(out, fmt.Sprintf("%s in %s %s %s", j, t.Family, t.Name, c.Name))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ipvsOwned lists the auxiliary tables, the dummy interface and every virtual server (the
+// lab's gateway has no others).
+func ipvsOwned(s KernelState) []string {
+	out := s.TablesNamed("edgegate-ipvs")
+	if l, ok := s.Link("edgegate-ipvs0"); ok {
+		out = append(out, fmt.Sprintf("link %s %s %v", l.Name, l.Type, l.Addrs))
+	}
+	for _, e := range s.IPVS {
+		out = append(out, "virtual server "+e.VSKey.String())
+	}
+	return out
+}
+
+// flushChain empties one nftables chain of the gateway.
+func flushChain(l *Lab, family nftables.TableFamily, table, chain string) error {
+	conn, err := nftables.New(nftables.WithNetNSFd(int(l.Gateway.ns)))
+	if err != nil {
+		return err
+	}
+	conn.FlushChain(&nftables.Chain{Name: chain, Table: &nftables.Table{Family: family, Name: table}})
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("flush chain %s %s %s: %w", familyNames[family], table, chain, err)
+	}
+	return nil
+}
+
+// flushIptServices empties nat EG-SERVICES, through which every service lookup goes.
 func flushIptServices(t *testing.T, l *Lab) {
 	t.Helper()
-	l.Exec(t, l.Gateway, "nft", "flush", "chain", "ip", "nat", "EG-SERVICES")
+	if err := flushChain(l, nftables.TableFamilyIPv4, "nat", "EG-SERVICES"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // flushNFTServices empties the chain every service lookup goes through (kube-proxy's
@@ -62,9 +128,25 @@ func flushIptServices(t *testing.T, l *Lab) {
 // chain.
 func flushNFTServices(t *testing.T, l *Lab) {
 	t.Helper()
-	if _, err := l.Run(l.Gateway, "nft", "flush", "chain", "ip", "edgegate", "services"); err != nil {
+	if err := flushChain(l, nftables.TableFamilyIPv4, "edgegate", "services"); err != nil {
 		t.Logf("no services chain to flush (%v); flushing every rule of table ip edgegate", err)
-		l.Exec(t, l.Gateway, "nft", "flush", "table", "ip", "edgegate")
+		conn, err := nftables.New(nftables.WithNetNSFd(int(l.Gateway.ns)))
+		if err == nil {
+			conn.FlushTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "edgegate"})
+			err = conn.Flush()
+		}
+		if err != nil {
+			t.Fatalf("flush table ip edgegate: %v", err)
+		}
+	}
+}
+
+// flushIPVS deletes every virtual server (ipvsadm -C): the VIPs stay on the dummy
+// interface, so connections reach the gateway's own closed ports instead.
+func flushIPVS(t *testing.T, l *Lab) {
+	t.Helper()
+	if err := l.Gateway.FlushIPVS(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -72,6 +154,16 @@ func flushNFTServices(t *testing.T, l *Lab) {
 func (g *Gateway) BreakRules(t *testing.T, l *Lab) {
 	t.Helper()
 	g.traits.breakRules(t, l)
+}
+
+// kernelState reads the gateway's kernel state or fails the test.
+func kernelState(t *testing.T, l *Lab) KernelState {
+	t.Helper()
+	s, err := l.Gateway.KernelState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // ManifestDir is the directory the daemon reads manifests from (--manifests).
@@ -115,8 +207,8 @@ func DaemonArgs(mode, manifestDir string) []string {
 }
 
 // RunMatrix builds a lab, starts one daemon in the given proxy mode with every scenario's
-// manifests, runs each scenario as a subtest, and finally checks that `edgegate --cleanup`
-// removes the mode's rules.
+// manifests (the shared ones and the mode's own), runs each scenario as a subtest, and
+// finally checks that `edgegate --cleanup` leaves nothing of any mode behind.
 func RunMatrix(t *testing.T, mode string) {
 	traits, ok := modes[mode]
 	if !ok {
@@ -125,6 +217,9 @@ func RunMatrix(t *testing.T, mode string) {
 	l := New(t, Options{Prefix: "egm"})
 	dir := ManifestDir(t.TempDir())
 	scenarios := Scenarios()
+	if traits.scenarios != nil {
+		scenarios = append(scenarios, traits.scenarios()...)
+	}
 	for _, s := range scenarios {
 		if s.Manifests != "" {
 			dir.Write(t, s.Name, s.Manifests)
@@ -142,15 +237,87 @@ func RunMatrix(t *testing.T, mode string) {
 	}
 	t.Run("cleanup", func(t *testing.T) {
 		d.Stop(t)
-		out := l.Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
-		t.Logf("edgegate --cleanup: %s", strings.TrimSpace(out))
-		rules := l.Exec(t, l.Gateway, "nft", "list", "ruleset")
-		for _, s := range traits.ruleset {
-			if strings.Contains(rules, s) {
-				t.Errorf("after --cleanup the ruleset still has %q:\n%s", s, rules)
-			}
-		}
+		cleanupLeavesNothing(t, l)
 	})
+}
+
+// cleanupLeavesNothing runs `edgegate --cleanup` in the gateway and checks that no mode
+// owns anything there afterwards.
+func cleanupLeavesNothing(t *testing.T, l *Lab) {
+	t.Helper()
+	out := l.Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
+	t.Logf("edgegate --cleanup: %s", strings.TrimSpace(out))
+	s := kernelState(t, l)
+	for _, name := range slices.Sorted(maps.Keys(modes)) {
+		if left := modes[name].owned(s); len(left) > 0 {
+			t.Errorf("after --cleanup %s mode's state is still there: %s\n%s", name, strings.Join(left, "; "), s)
+		}
+	}
+}
+
+// RunModeSwitch restarts the daemon in each of the given proxy modes in turn, on the same
+// lab, and checks after each start that traffic flows, that the mode's own state is there
+// and that no other mode's is; finally that --cleanup removes everything. A second service
+// is there for every start but the last, and is removed while the daemon is stopped: the
+// last start must remove what the previous run programmed for it (a restart in the same
+// mode finds its own state, which it no longer wants, and owns it by address).
+func RunModeSwitch(t *testing.T, sequence ...string) {
+	l := New(t, Options{Prefix: "egs"})
+	dir := ManifestDir(t.TempDir())
+	s := clusterIPSpread()
+	dir.Write(t, s.Name, s.Manifests)
+	const stale, staleAddr = "switch-stale", "10.96.10.30"
+	staleSvc := service(stale, []string{staleAddr}, nodePort(30130))
+	dir.Write(t, stale, manifests(staleSvc, slice(staleSvc, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	for i, mode := range sequence {
+		traits, ok := modes[mode]
+		if !ok {
+			t.Fatalf("no proxy mode %q", mode)
+		}
+		last := i == len(sequence)-1
+		if last {
+			dir.Remove(t, stale)
+		}
+		t.Run(fmt.Sprintf("%d-%s", i+1, mode), func(t *testing.T) {
+			d := l.StartDaemon(t, DaemonArgs(mode, string(dir))...)
+			defer d.Stop(t)
+			byBackend, _ := tally(t, l.Client, "10.96.10.1:80", 6)
+			t.Logf("%s mode: 6 connections: %s", mode, describe(byBackend))
+			st := kernelState(t, l)
+			for _, line := range traits.ruleset {
+				if !st.Has(line) {
+					t.Errorf("%s mode: the gateway lacks %q:\n%s", mode, line, st)
+				}
+			}
+			for _, other := range slices.Sorted(maps.Keys(modes)) {
+				if other == mode {
+					continue
+				}
+				if left := modes[other].owned(st); len(left) > 0 {
+					t.Errorf("after a start in %s mode, %s mode's state is still there: %s", mode, other, strings.Join(left, "; "))
+				}
+			}
+			if !last {
+				tally(t, l.Client, staleAddr+":80", 2)
+				tally(t, l.Client, NodeIPv4.String()+":30130", 2)
+			} else {
+				for _, addr := range []string{staleAddr + ":80", NodeIPv4.String() + ":30130"} {
+					if r := l.Client.Probe(addr); r.Outcome == Answered {
+						t.Errorf("%s answers after its service was removed while the daemon was stopped: %v", addr, r)
+					}
+				}
+				// Virtual servers and dummy addresses list addresses; nftables and
+				// iptables rules do not show in the state (traffic proves them).
+				if strings.Contains(st.String(), staleAddr) || strings.Contains(st.String(), ":30130") {
+					t.Errorf("the removed service's %s or node port 30130 is still in the kernel:\n%s", staleAddr, st)
+				}
+			}
+			if t.Failed() {
+				t.Logf("the gateway's state:\n%s", st)
+			}
+		})
+	}
+	t.Run("cleanup", func(t *testing.T) { cleanupLeavesNothing(t, l) })
 }
 
 // eventually polls cond every 100ms until it reports done, for at most within (capped at
@@ -180,6 +347,7 @@ func tally(t *testing.T, h *Host, addr string, n int) (byBackend, bySource map[s
 	for i := range n {
 		r := h.Probe(addr)
 		if r.Outcome != Answered {
+			h.lab.logGateway(t)
 			t.Fatalf("%s -> %s, probe %d of %d: %v", h.Name, addr, i+1, n, r)
 		}
 		byBackend[r.Reply.Backend]++
@@ -193,6 +361,7 @@ func expectOutcome(t *testing.T, h *Host, addr string, want Outcome) Result {
 	t.Helper()
 	r := h.Probe(addr)
 	if r.Outcome != want {
+		h.lab.logGateway(t)
 		t.Errorf("%s -> %s: %v; want %v", h.Name, addr, r, want)
 	}
 	return r

@@ -143,15 +143,7 @@ func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs
 		t.Fatal(err)
 	}
 	defer vm.Kill()
-	start, err := vm.WaitFor("EDGEGATE-BOOT-START")
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := vm.WaitFor("EDGEGATE-MODULES-LOADED")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkModules(t, fw, loaded, vm.Lines()[start.N:loaded.N])
+	start, loaded := bootMarkers(t, vm, fw)
 	dataAt := "none"
 	if disk != "" {
 		// Between the modules (virtio_blk) and the network.
@@ -367,6 +359,21 @@ func lastLine(b []byte) string {
 // checkModules reads the module marker: nothing failed, and every module of the load order
 // loaded except those PID 1 logged as finding no device, which must be exactly the ones
 // allowed to lack hardware under QEMU.
+// bootMarkers waits for the firmware's first two console markers and checks the module
+// loading between them.
+func bootMarkers(t *testing.T, vm *VM, fw initramfs.Firmware) (start, loaded Line) {
+	t.Helper()
+	start, err := vm.WaitFor("EDGEGATE-BOOT-START")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded, err = vm.WaitFor("EDGEGATE-MODULES-LOADED"); err != nil {
+		t.Fatal(err)
+	}
+	checkModules(t, fw, loaded, vm.Lines()[start.N:loaded.N])
+	return start, loaded
+}
+
 func checkModules(t *testing.T, fw initramfs.Firmware, marker Line, before []Line) {
 	t.Helper()
 	m := modulesLoaded.FindStringSubmatch(marker.Text)

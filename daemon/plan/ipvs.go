@@ -18,7 +18,7 @@ const (
 	// that traffic to them is delivered locally, where IPVS takes it.
 	IPVSInterface = "edgegate-ipvs0"
 	// SchedulerAnnotation picks a Service's IPVS scheduler instead of --ipvs-scheduler.
-	SchedulerAnnotation = "edgegate.dev/ipvs-scheduler"
+	SchedulerAnnotation = model.IPVSSchedulerAnnotation
 	// DefaultScheduler is kube-proxy's default IPVS scheduler.
 	DefaultScheduler = "rr"
 )
@@ -47,10 +47,9 @@ func ValidScheduler(s string) bool { return slices.Contains(IPVSSchedulers, s) }
 // IPVSConfig is the input of IPVS planning beyond Config.
 type IPVSConfig struct {
 	Config
-	// Scheduler is the default scheduler (--ipvs-scheduler); empty means rr.
+	// Scheduler is the default scheduler (--ipvs-scheduler); empty means rr. A Service's
+	// SchedulerAnnotation (model.ServicePort.IPVSScheduler) picks another for it.
 	Scheduler string
-	// Schedulers holds the SchedulerAnnotation value of each Service that has one.
-	Schedulers map[model.ServiceName]string
 	// NodeAddrs are the node's local addresses outside the dummy interface. Node ports get
 	// a virtual server on each of them that NodePortAddresses allows: IPVS matches exact
 	// addresses, it has no "any local address".

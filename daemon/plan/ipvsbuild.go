@@ -134,7 +134,9 @@ func (b *ipvsBuilder) base() {
 }
 
 // scheduler resolves a service's scheduler once: its annotation if valid, else the default.
-func (b *ipvsBuilder) scheduler(n model.ServiceName) string {
+// Every port of a Service carries the same annotation, so the first port decides.
+func (b *ipvsBuilder) scheduler(sp *model.ServicePort) string {
+	n := sp.Name.ServiceName
 	if s, ok := b.sched[n]; ok {
 		return s
 	}
@@ -143,7 +145,7 @@ func (b *ipvsBuilder) scheduler(n model.ServiceName) string {
 		def = DefaultScheduler
 	}
 	s := def
-	if v, ok := b.cfg.Schedulers[n]; ok {
+	if v := sp.IPVSScheduler; v != "" {
 		if ValidScheduler(v) {
 			s = v
 		} else {
@@ -159,7 +161,7 @@ func (b *ipvsBuilder) scheduler(n model.ServiceName) string {
 func (b *ipvsBuilder) servicePort(p *PortPolicy) {
 	sp := p.SP
 	tmpl := VirtualServer{VSKey: VSKey{Proto: sp.Name.Protocol, Port: sp.Port},
-		Scheduler: b.scheduler(sp.Name.ServiceName), Timeout: sp.AffinityTimeout, Service: sp.Name}
+		Scheduler: b.scheduler(sp), Timeout: sp.AffinityTimeout, Service: sp.Name}
 	internal := b.reals(p, p.Internal, p.UsesLocalForInternal)
 	b.frontend(tmpl, p.ClusterIP, FrontendClusterIP, internal, p.Internal, false)
 	if !p.IsExternal() {

@@ -33,10 +33,14 @@ func FuzzIPVSPlan(f *testing.F) {
 		tr := model.NewTracker()
 		var services []*v1.Service
 		for range 1 + in.n(4) {
-			services = append(services, in.service())
-			tr.UpsertService(services[len(services)-1])
+			svc := in.service()
+			// The scheduler annotation: valid, invalid (a problem, the default used) or none.
+			if sched := in.pick("lc", "bogus", ""); sched != "" {
+				svc.Annotations = map[string]string{SchedulerAnnotation: sched}
+			}
+			services = append(services, svc)
+			tr.UpsertService(svc)
 		}
-		cfg.Schedulers = map[model.ServiceName]string{{Namespace: "default", Name: in.pick("a", "b", "c")}: in.pick("lc", "bogus", "")}
 		for i := range 1 + in.n(8) {
 			tr.UpsertSlice(in.slice(i, services))
 		}

@@ -16,14 +16,22 @@ import (
 
 // ipvsGoldenCfg is the IPVS goldens' configuration: golden_test.go's node "gw" with the
 // demo's cluster CIDRs (so the cluster-IP masquerade rule shows), its addresses (one
-// link-local and the loopback ones, which never carry node ports) and the scheduler
-// annotations of the "scheduler" fixture.
+// link-local and the loopback ones, which never carry node ports).
 func ipvsGoldenCfg() IPVSConfig {
 	return IPVSConfig{
 		Config: Config{NodeName: "gw", ClusterCIDRs: mustPrefixes("10.200.2.0/24", "fd00:200:2::/64")},
 		NodeAddrs: []netip.Addr{netip.MustParseAddr("10.200.1.1"), netip.MustParseAddr("127.0.0.1"),
 			netip.MustParseAddr("fd00:200:1::1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("::1")},
-		Schedulers: map[model.ServiceName]string{{Namespace: "default", Name: "hash"}: "sh", {Namespace: "default", Name: "bogus"}: "fastest"},
+	}
+}
+
+// scheduled sets a Service's SchedulerAnnotation.
+func scheduled(scheduler string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[SchedulerAnnotation] = scheduler
 	}
 }
 
@@ -56,9 +64,9 @@ func ipvsGoldenFixtures() map[string][]any {
 		mt.EP("10.200.2.55"), mt.EP("10.200.2.56", mt.Terminating(true)))
 	fx["terminating"] = []any{term, termEPs, fallback, fallbackEPs, udp, udpEPs}
 
-	hash := mt.Service("default", "hash", "10.96.0.60", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0))
+	hash := mt.Service("default", "hash", "10.96.0.60", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0), scheduled("sh"))
 	hashEPs := mt.Slice("default", "hash-v4", "hash", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.61"), mt.EP("10.200.2.62"))
-	bogus := mt.Service("default", "bogus", "10.96.0.61", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0))
+	bogus := mt.Service("default", "bogus", "10.96.0.61", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0), scheduled("fastest"))
 	bogusEPs := mt.Slice("default", "bogus-v4", "bogus", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.63"))
 	fx["scheduler"] = []any{hash, hashEPs, bogus, bogusEPs}
 	return fx

@@ -144,6 +144,9 @@ type IPVS struct {
 	Families []model.Family
 	// Config's NodeAddrs is filled from the kernel at every Program.
 	Config plan.IPVSConfig
+
+	// planned are the node addresses the last Program planned node ports on.
+	planned []netip.Addr
 }
 
 var (
@@ -164,6 +167,7 @@ func (d *IPVS) Program(snap *model.Snapshot, full bool) (Result, error) {
 	}
 	cfg := d.Config
 	cfg.NodeAddrs = addrs
+	d.planned = addrs
 	plans := make([]*plan.IPVSPlan, 0, len(d.Families))
 	var res Result
 	for _, f := range d.Families {
@@ -183,8 +187,18 @@ func (d *IPVS) Program(snap *model.Snapshot, full bool) (Result, error) {
 	return res, err
 }
 
-// Pending implements Draining.
-func (d *IPVS) Pending() bool { return d.Backend.Pending() }
+// Pending implements Draining: real servers are draining, or the node's addresses changed
+// since the last Program (a DHCP lease, an address added by hand), so node ports need
+// virtual servers on other addresses. Without this a node port would reach a new address
+// only at the next full sync, minutes later. An error reading the addresses is left to
+// Program, which reports it.
+func (d *IPVS) Pending() bool {
+	if d.Backend.Pending() {
+		return true
+	}
+	addrs, err := d.Backend.NodeAddrs()
+	return err != nil || !slices.Equal(addrs, d.planned)
+}
 
 // Cleanup implements Dataplane.
 func (d *IPVS) Cleanup() error { return d.Backend.Cleanup() }

@@ -28,7 +28,7 @@ type ipvsFixture struct {
 	log   *bytes.Buffer
 }
 
-func newIPVSFixture(schedulers map[model.ServiceName]string) *ipvsFixture {
+func newIPVSFixture() *ipvsFixture {
 	f := &ipvsFixture{fixture: newFixture(), table: ipvs.NewFake(), links: ipvs.NewFakeLinks("10.200.1.1", "fd00:200:1::1"),
 		aux: ipvs.NewFakeAux(), log: &bytes.Buffer{}}
 	applier := &ipvs.Applier{
@@ -42,14 +42,15 @@ func newIPVSFixture(schedulers map[model.ServiceName]string) *ipvsFixture {
 	}
 	f.p.Log = slog.New(slog.NewTextHandler(f.log, nil))
 	f.p.Dataplane = &IPVS{Backend: applier, Families: f.p.Families,
-		Config: plan.IPVSConfig{Config: f.p.Config, Scheduler: "wlc", Schedulers: schedulers}}
+		Config: plan.IPVSConfig{Config: f.p.Config, Scheduler: "wlc"}}
 	return f
 }
 
 func TestIPVSModeSync(t *testing.T) {
-	f := newIPVSFixture(map[model.ServiceName]string{{Namespace: "default", Name: "web"}: "fastest"})
-	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080),
-		mt.Type(v1.ServiceTypeNodePort)))
+	f := newIPVSFixture()
+	web := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080), mt.Type(v1.ServiceTypeNodePort))
+	web.Annotations = map[string]string{plan.SchedulerAnnotation: "fastest"}
+	f.p.Tracker.UpsertService(web)
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
 	if err := f.p.Sync(); err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestIPVSModeSync(t *testing.T) {
 // running and retries, healthz goes unhealthy, and the first sync after the module
 // appears is full.
 func TestIPVSModeWithoutIPVS(t *testing.T) {
-	f := newIPVSFixture(nil)
+	f := newIPVSFixture()
 	f.open = fmt.Errorf("%w: /proc/net/ip_vs: no such file or directory", ipvs.ErrNotAvailable)
 	f.p.Health.Updated(f.now) // the sync loop has started, as run does
 	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
@@ -106,7 +107,7 @@ func TestIPVSModeWithoutIPVS(t *testing.T) {
 
 // Draining real servers are removed by the periodic sync even when nothing changed.
 func TestIPVSModeDrainsWithoutChanges(t *testing.T) {
-	f := newIPVSFixture(nil)
+	f := newIPVSFixture()
 	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12")))
 	if err := f.p.Sync(); err != nil {
@@ -131,6 +132,44 @@ func TestIPVSModeDrainsWithoutChanges(t *testing.T) {
 	f.table.Reset()
 	if err := f.p.Sync(); err != nil || len(f.table.Calls) != 0 {
 		t.Errorf("nothing draining, nothing changed: calls %q, err %v", f.table.Calls, err)
+	}
+}
+
+// A node address that comes or goes gets or loses its node-port virtual servers at the
+// next periodic sync, though no service changed and no full sync is due.
+func TestIPVSModeFollowsNodeAddresses(t *testing.T) {
+	f := newIPVSFixture()
+	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080),
+		mt.Type(v1.ServiceTypeNodePort)))
+	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.table.Reset()
+	if err := f.p.Sync(); err != nil || len(f.table.Calls) != 0 {
+		t.Fatalf("nothing changed: calls %q, err %v", f.table.Calls, err)
+	}
+	if err := f.links.AddAddr("eth0", netip.MustParseAddr("10.200.1.7")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.table.Dump(); !strings.Contains(d, "TCP  10.200.1.7:30080 wlc\n  -> 10.200.2.11:8080") {
+		t.Errorf("no node port on the new address after a periodic sync:\n%s", d)
+	}
+	if err := f.links.DelAddr("eth0", netip.MustParseAddr("10.200.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.table.Dump(); strings.Contains(d, "10.200.1.1:30080") {
+		t.Errorf("node port left on an address the node no longer has:\n%s", d)
+	}
+	f.table.Reset()
+	if err := f.p.Sync(); err != nil || len(f.table.Calls) != 0 {
+		t.Errorf("addresses settled: calls %q, err %v", f.table.Calls, err)
 	}
 }
 

@@ -25,12 +25,11 @@ import (
 // port 30080, endpoints 10.200.2.11-13:8080 and fd00:200:2::11:8080.
 
 type fixture struct {
-	t          *testing.T
-	a          *Applier
-	ipvs       *Fake
-	links      *FakeLinks
-	aux        FakeAux
-	schedulers map[model.ServiceName]string
+	t     *testing.T
+	a     *Applier
+	ipvs  *Fake
+	links *FakeLinks
+	aux   FakeAux
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -64,7 +63,7 @@ func (f *fixture) plans(objs ...any) []*plan.IPVSPlan {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cfg := plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}, NodeAddrs: addrs, Schedulers: f.schedulers}
+	cfg := plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}, NodeAddrs: addrs}
 	snap := mt.Snapshot(objs...)
 	return []*plan.IPVSPlan{plan.IPVS(snap, model.IPv4, cfg), plan.IPVS(snap, model.IPv6, cfg)}
 }
@@ -409,7 +408,7 @@ func TestModulesAndSchedulers(t *testing.T) {
 	delete(fail, "ip_vs")
 	fail["ip_vs_mh"] = errors.New("kernel module ip_vs_mh: not built in and not in modules.dep")
 	hashed := mt.Service("default", "hashed", "10.96.0.20", mt.Port("", v1.ProtocolTCP, 80, 80, 0))
-	f.schedulers = map[model.ServiceName]string{{Namespace: "default", Name: "hashed"}: "mh"}
+	hashed.Annotations = map[string]string{plan.SchedulerAnnotation: "mh"}
 	f.ipvs.Fail = func(c string) error {
 		if strings.HasPrefix(c, "NewService TCP 10.96.0.20:80 mh") {
 			return fmt.Errorf("create virtual server: %w", unix.ENOENT)

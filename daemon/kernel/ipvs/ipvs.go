@@ -101,6 +101,24 @@ type Entry struct {
 	Destinations []Destination
 }
 
+// Flags is the virtual server's scheduler and persistence as ipvsadm -Ln shows them:
+// "rr", "sh persistent 600".
+func (e Entry) Flags() string {
+	if e.Persistent() {
+		return fmt.Sprintf("%s persistent %d", e.Scheduler, e.Timeout)
+	}
+	return e.Scheduler
+}
+
+// RealServers lists the real servers' address:port, in the order read.
+func (e Entry) RealServers() []string {
+	out := make([]string, 0, len(e.Destinations))
+	for _, d := range e.Destinations {
+		out = append(out, d.AddrPort().String())
+	}
+	return out
+}
+
 // List reads the whole IPVS table, sorted as ipvsadm -Ln lists it.
 func List(t IPVS) ([]Entry, error) {
 	svcs, err := t.GetServices()
@@ -135,11 +153,7 @@ func Format(entries []Entry, stats bool) string {
 			fmt.Fprintf(&b, "%-33s %8d %8d %8d %8d %8d\n", e.VSKey.String(), e.Stats.Connections,
 				e.Stats.PacketsIn, e.Stats.PacketsOut, e.Stats.BytesIn, e.Stats.BytesOut)
 		} else {
-			line := e.VSKey.String() + " " + e.Scheduler
-			if e.Persistent() {
-				line += fmt.Sprintf(" persistent %d", e.Timeout)
-			}
-			b.WriteString(line + "\n")
+			b.WriteString(e.VSKey.String() + " " + e.Flags() + "\n")
 		}
 		for _, d := range e.Destinations {
 			if stats {

@@ -7,6 +7,8 @@
 //	egdemo nodes -kubeconfig FILE [-wait NAME]       (inside NS: ip netns exec NS egdemo nodes ...)
 //	egdemo boot -kernel K -initramfs I -console F -tap T... -disk D -append ARG...
 //	                                                 boots the firmware as the gateway (inside NS)
+//	egdemo forward -listen 127.0.0.1:PORT -netns NS -to ADDR:PORT
+//	                                                 the dashboard on the host's loopback
 package main
 
 import (
@@ -50,6 +52,8 @@ func main() {
 		err = runNodes(ctx, os.Args[2:])
 	case "boot":
 		err = runBoot(ctx, os.Args[2:])
+	case "forward":
+		err = runForward(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -60,7 +64,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: egdemo cluster -netns NS -address IP -dir DIR [-manifests FILE...]\n       egdemo nodes -kubeconfig FILE [-wait NAME -timeout D]\n       egdemo boot -kernel K -initramfs I -console F [-board B -tap T... -disk D... -append ARG...]")
+	fmt.Fprintln(os.Stderr, "usage: egdemo cluster -netns NS -address IP -dir DIR [-manifests FILE...]\n       egdemo nodes -kubeconfig FILE [-wait NAME -timeout D]\n       egdemo boot -kernel K -initramfs I -console F [-board B -tap T... -disk D... -append ARG...]\n       egdemo forward -listen 127.0.0.1:PORT -netns NS -to ADDR:PORT")
 	os.Exit(2)
 }
 

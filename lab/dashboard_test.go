@@ -1,0 +1,199 @@
+package lab
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// dashboardToken is the browser test's token (its own --dashboard-token-file).
+const dashboardToken = "lab-browser-token-9876543210"
+
+// browserWait bounds every wait for the page: a broken page fails instead of hanging. It
+// is a failure bound, not a measurement; the figures are logged.
+const browserWait = 20 * time.Second
+
+// browser starts headless Chromium inside h's namespace (through `ip netns exec`, which
+// keeps chromedp's pipe descriptors) and returns a chromedp context for one tab.
+func browser(t *testing.T, h *Host) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		cannotBuild(t, "the browser tier needs Debian's chromium package (apt-get install chromium): "+err.Error())
+	}
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		cannotBuild(t, "the browser tier needs ip(8) to start chromium in a lab namespace: "+err.Error())
+	}
+	var output strings.Builder
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1000, 1400), chromedp.Flag("no-proxy-server", true),
+		chromedp.CombinedOutput(&output),
+		chromedp.ModifyCmdFunc(func(cmd *exec.Cmd) {
+			// The browser must live in the lab: its traffic never leaves the namespaces.
+			cmd.Args = append([]string{"ip", "netns", "exec", h.NS, cmd.Path}, cmd.Args[1:]...)
+			cmd.Path = ipPath
+		}))
+	ctx, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+	})
+	// The first run starts the browser, which lives as long as its context: no timeout here.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium in %s: %v\n%s", h.Name, err, output.String())
+	}
+	return ctx
+}
+
+// do runs browser steps bounded by browserWait.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, browserWait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// value runs one browser action that returns a value, bounded by browserWait.
+func value[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, browserWait)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// backendConnections reads the connection counts the page shows per endpoint.
+func backendConnections(t *testing.T, ctx context.Context) map[string]int {
+	t.Helper()
+	return value(t, ctx, "read the per-backend counts", chromedp.Evaluate[map[string]int](
+		`Object.fromEntries([...document.querySelectorAll("tr.endpoint")].map(r => [r.dataset.ep, Number(r.dataset.conns)]))`))
+}
+
+// TestDashboardInBrowser starts the daemon with its dashboard on the node address and
+// drives the page from headless Chromium in client-1, the operator's side of the gateway.
+func TestDashboardInBrowser(t *testing.T) {
+	l := New(t, Options{Prefix: "egw"})
+	dir := ManifestDir(t.TempDir())
+	web := service("web", []string{"10.96.0.10"}, nodePort(30080))
+	dir.Write(t, "web", manifests(web, slice(web, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	tokenFile := filepath.Join(t.TempDir(), "dashboard-token")
+	if err := os.WriteFile(tokenFile, []byte(dashboardToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := NodeIPv4.String() + ":80"
+	l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)),
+		"--dashboard-bind-address", addr, "--dashboard-token-file", tokenFile,
+		// Full syncs keep the nftables counters; none is needed here.
+		"--full-sync-period", "5m")...)
+	base := "http://" + addr + "/"
+
+	if code, body, err := l.Client.Fetch(base + "api/state"); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("GET /api/state without a token from client-1: %d %q %v, want 401", code, body, err)
+	}
+	ctx := browser(t, l.Client)
+
+	do(t, ctx, "open the page with a wrong token", chromedp.Navigate(base+"?token=wrong-"+dashboardToken))
+	body := value(t, ctx, "read the refusal", chromedp.Text(chromedp.CSS("body")))
+	if !strings.Contains(body, "wrong token") {
+		t.Errorf("page with a wrong token shows %q, want it refused", body)
+	}
+
+	const svc = `div.service[data-service="matrix/web:p"]`
+	do(t, ctx, "open the page with the token and see matrix/web with three endpoints",
+		chromedp.Navigate(base+"?token="+dashboardToken),
+		chromedp.WaitVisible(chromedp.CSS(svc+`[data-endpoints="3"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#link[data-state="live"]`)))
+	url := value(t, ctx, "read the address bar", chromedp.Location())
+	if strings.Contains(url, dashboardToken) {
+		t.Errorf("the token stays in the address bar: %s", url)
+	}
+	before := backendConnections(t, ctx)
+	for _, ep := range []string{"10.200.2.11:8080", "10.200.2.12:8080", "10.200.2.13:8080"} {
+		if _, ok := before[ep]; !ok {
+			t.Errorf("endpoint %s not shown; rows %v", ep, before)
+		}
+	}
+
+	// Traffic: the per-backend numbers rise without a reload.
+	const conns = 30
+	byBackend, _ := tally(t, l.Client, "10.96.0.10:80", conns)
+	var after map[string]int
+	for i := 0; ; i++ {
+		after = backendConnections(t, ctx)
+		rose, sum := 0, 0
+		for ep, n := range after {
+			sum += n - before[ep]
+			if n > before[ep] {
+				rose++
+			}
+		}
+		if sum >= conns && rose >= 2 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("after %d connections (%s) the page shows %v (before %v), want them counted per backend", conns, describe(byBackend), after, before)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("per-backend connections before %v, after %d connections (%s): %v", before, conns, describe(byBackend), after)
+
+	// An endpoint removed: the page follows without a reload (a reload would clear the
+	// marker set on window).
+	value(t, ctx, "mark the page", chromedp.Evaluate[int](`window.labMarker = 42`))
+	start := time.Now()
+	dir.Write(t, "web", manifests(web, slice(web, discovery.AddressTypeIPv4, ready(1, 3))))
+	do(t, ctx, "see backend-2 go",
+		chromedp.WaitNotPresent(chromedp.CSS(`tr.endpoint[data-ep="10.200.2.12:8080"]`)),
+		chromedp.WaitVisible(chromedp.CSS(svc+`[data-endpoints="2"]`)))
+	t.Logf("the page showed the removed endpoint gone %v after the manifest changed (file watch, sync and push)", time.Since(start).Round(time.Millisecond))
+	if marker := value(t, ctx, "read the marker", chromedp.Evaluate[int](`window.labMarker || 0`)); marker != 42 {
+		t.Error("the page reloaded to show the change; it must update in place")
+	}
+
+	shot := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+	out := filepath.Join("..", "out", "dashboard-browser.png")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(out)
+	t.Logf("screenshot: %s (%d bytes)", abs, len(shot))
+
+	for _, path := range []string{"api/nft", "api/conntrack?q=dst=10.96.0.10&q=sport=8080", "api/network?format=text", "api/logs?n=5"} {
+		code, body, err := l.Client.Fetch(base + path + sep(path) + "token=" + dashboardToken)
+		if err != nil || code != http.StatusOK || body == "" {
+			t.Errorf("GET %s: %d %v", path, code, err)
+			continue
+		}
+		for p, want := range map[string]string{"api/nft": "table ip edgegate", "api/conntrack": "dport=80", "api/network": NodeIPv4.String() + "/24", "api/logs": "INFO"} {
+			if strings.HasPrefix(path, p) && !strings.Contains(body, want) {
+				t.Errorf("GET /%s: want %q in\n%s", path, want, body)
+			}
+		}
+	}
+}
+
+func sep(path string) string {
+	if strings.Contains(path, "?") {
+		return "&"
+	}
+	return "?"
+}

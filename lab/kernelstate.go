@@ -1,0 +1,282 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+
+	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+)
+
+// KernelState is what a namespace's kernel holds of the proxy modes, read through netlink
+// (the lab has no nft, iptables or ipvsadm binary to ask): the nftables tables with their
+// chains and the chains each rule jumps to, the IPVS virtual servers with their real
+// servers, and the links with their addresses.
+type KernelState struct {
+	Tables []Table
+	// HasIPVS says whether the kernel has IPVS at all; IPVS lists its table then.
+	HasIPVS bool
+	IPVS    []ipvs.Entry
+	Links   []Link
+}
+
+// Table is an nftables table.
+type Table struct {
+	Family, Name string
+	Chains       []Chain
+}
+
+// Chain is an nftables chain; Jumps are its rules' jump and goto verdicts ("jump EG-SERVICES").
+type Chain struct {
+	Name  string
+	Jumps []string
+}
+
+// Link is a network interface; Addrs leave out IPv6 link-local addresses.
+type Link struct {
+	Name, Type string
+	Addrs      []netip.Prefix
+}
+
+var familyNames = map[nftables.TableFamily]string{
+	nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6", nftables.TableFamilyINet: "inet",
+	nftables.TableFamilyARP: "arp", nftables.TableFamilyBridge: "bridge", nftables.TableFamilyNetdev: "netdev",
+}
+
+// KernelState reads h's kernel state.
+func (h *Host) KernelState() (KernelState, error) {
+	var st KernelState
+	var err error
+	if st.Tables, err = h.nftTables(); err != nil {
+		return st, err
+	}
+	if st.Links, err = h.links(); err != nil {
+		return st, err
+	}
+	if ipvs.Available() == nil {
+		st.HasIPVS = true
+		if st.IPVS, err = h.IPVS(); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func (h *Host) nftTables() ([]Table, error) {
+	conn, err := nftables.New(nftables.WithNetNSFd(int(h.ns)), nftables.AsLasting())
+	if err != nil {
+		return nil, fmt.Errorf("nftables in %s: %w", h.Name, err)
+	}
+	defer conn.CloseLasting()
+	tables, err := conn.ListTables()
+	if err != nil {
+		return nil, fmt.Errorf("nftables tables in %s: %w", h.Name, err)
+	}
+	chains, err := conn.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("nftables chains in %s: %w", h.Name, err)
+	}
+	var out []Table
+	for _, t := range tables {
+		tab := Table{Family: familyNames[t.Family], Name: t.Name}
+		for _, c := range chains {
+			if c.Table.Name != t.Name || c.Table.Family != t.Family {
+				continue
+			}
+			rules, err := conn.GetRules(t, c)
+			if err != nil {
+				return nil, fmt.Errorf("rules of %s %s %s in %s: %w", tab.Family, t.Name, c.Name, h.Name, err)
+			}
+			ch := Chain{Name: c.Name}
+			for _, r := range rules {
+				for _, e := range r.Exprs {
+					if v, ok := e.(*expr.Verdict); ok && v.Kind == expr.VerdictJump {
+						ch.Jumps = append(ch.Jumps, "jump "+v.Chain)
+					} else if ok && v.Kind == expr.VerdictGoto {
+						ch.Jumps = append(ch.Jumps, "goto "+v.Chain)
+					}
+				}
+			}
+			tab.Chains = append(tab.Chains, ch)
+		}
+		slices.SortFunc(tab.Chains, func(a, b Chain) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, tab)
+	}
+	slices.SortFunc(out, func(a, b Table) int {
+		return strings.Compare(a.Family+" "+a.Name, b.Family+" "+b.Name)
+	})
+	return out, nil
+}
+
+func (h *Host) links() ([]Link, error) {
+	n, err := openLinks(h)
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	ls, err := n.nl.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("links of %s: %w", h.Name, err)
+	}
+	var out []Link
+	for _, l := range ls {
+		link := Link{Name: l.Attrs().Name, Type: l.Type()}
+		as, err := n.nl.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s in %s: %w", link.Name, h.Name, err)
+		}
+		for _, a := range as {
+			ip, ok := netip.AddrFromSlice(a.IP)
+			if !ok || ip.Unmap().IsLinkLocalUnicast() {
+				continue
+			}
+			ones, _ := a.Mask.Size()
+			link.Addrs = append(link.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+		}
+		slices.SortFunc(link.Addrs, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+		out = append(out, link)
+	}
+	slices.SortFunc(out, func(a, b Link) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// IPVS reads h's IPVS table with its counters (ErrNotAvailable without IPVS).
+func (h *Host) IPVS() ([]ipvs.Entry, error) {
+	var entries []ipvs.Entry
+	err := h.Do(func() error {
+		// The handle's netlink socket is made here, so it belongs to h's namespace.
+		t, err := ipvs.Open()
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		entries, err = ipvs.List(t)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("IPVS table of %s: %w", h.Name, err)
+	}
+	return entries, nil
+}
+
+// FlushIPVS deletes every virtual server of h, as `ipvsadm -C` would.
+func (h *Host) FlushIPVS() error {
+	return h.Do(func() error {
+		t, err := ipvs.Open()
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		return t.Flush()
+	})
+}
+
+// String renders the state one item a line, in the words of the stock tools: "table ip
+// edgegate", "chain EG-SERVICES", "jump EG-SERVICES", ipvsadm -Ln's lines, "link
+// edgegate-ipvs0 dummy" followed by its addresses.
+func (s KernelState) String() string {
+	var b strings.Builder
+	for _, t := range s.Tables {
+		fmt.Fprintf(&b, "table %s %s\n", t.Family, t.Name)
+		for _, c := range t.Chains {
+			fmt.Fprintf(&b, "  chain %s\n", c.Name)
+			for _, j := range c.Jumps {
+				fmt.Fprintf(&b, "    %s\n", j)
+			}
+		}
+	}
+	if s.HasIPVS {
+		b.WriteString(ipvs.Format(s.IPVS, false))
+	}
+	for _, l := range s.Links {
+		fmt.Fprintf(&b, "link %s %s\n", l.Name, l.Type)
+		for _, a := range l.Addrs {
+			fmt.Fprintf(&b, "  addr %s\n", a)
+		}
+	}
+	return b.String()
+}
+
+// Has reports whether line is one of String's lines (leading and trailing space aside):
+// "table ip edgegate" must not match "table ip edgegate-ipvs".
+func (s KernelState) Has(line string) bool {
+	for l := range strings.Lines(s.String()) {
+		if strings.TrimSpace(l) == line {
+			return true
+		}
+	}
+	return false
+}
+
+// TablesNamed lists the tables of that name, as "table <family> <name>".
+func (s KernelState) TablesNamed(name string) []string {
+	var out []string
+	for _, t := range s.Tables {
+		if t.Name == name {
+			out = append(out, "table "+t.Family+" "+t.Name)
+		}
+	}
+	return out
+}
+
+// Link returns the named link.
+func (s KernelState) Link(name string) (Link, bool) {
+	i := slices.IndexFunc(s.Links, func(l Link) bool { return l.Name == name })
+	if i < 0 {
+		return Link{}, false
+	}
+	return s.Links[i], true
+}
+
+// VirtualServer returns the IPVS virtual server on addr ("TCP", "10.96.10.1:80").
+func (s KernelState) VirtualServer(proto, addr string) (ipvs.Entry, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ipvs.Entry{}, err
+	}
+	for _, e := range s.IPVS {
+		if string(e.Proto) == proto && e.Addr == ap.Addr() && e.Port == ap.Port() {
+			return e, nil
+		}
+	}
+	return ipvs.Entry{}, errors.New("no virtual server " + proto + " " + addr)
+}
+
+// ipNet is a prefix as netlink spells it.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// logGateway logs what explains a failed probe and no other test output shows: the
+// gateway's IPVS connection table (a kernel with IPVS only), as ipvsadm -Lnc would list it.
+func (l *Lab) logGateway(t testing.TB) {
+	t.Helper()
+	if l == nil || ipvs.Available() != nil {
+		return
+	}
+	var conns []byte
+	err := l.Gateway.Do(func() error {
+		var err error
+		// /proc/net is the process's namespace; thread-self's is this thread's.
+		conns, err = os.ReadFile("/proc/thread-self/net/ip_vs_conn")
+		return err
+	})
+	if err != nil {
+		t.Logf("the gateway's IPVS connections: %v", err)
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(conns)), "\n")
+	if len(lines) > 80 {
+		lines = append(lines[:80], fmt.Sprintf("... %d more", len(lines)-80))
+	}
+	t.Logf("the gateway's IPVS connections (/proc/net/ip_vs_conn, addresses in hex):\n%s", strings.Join(lines, "\n"))
+}

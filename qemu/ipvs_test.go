@@ -1,0 +1,130 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/board"
+)
+
+// ipvsBoards are the boards TestIPVS boots. qemu-x86_64 runs every guest test;
+// qemu-arm64, whose TCG emulation is slower and which shares the host's cores with the
+// other guest, runs a smoke subset: PID 1's IPVS state and the matrix's basic scenarios,
+// ipvs mode's table, rr and its counters, and the cleanup.
+var ipvsBoards = []struct {
+	name string
+	run  string // the guest's -test.run; empty runs everything
+}{
+	{name: "qemu-x86_64"},
+	{name: "qemu-arm64", run: "^(TestPID1IPVSMode|TestIPVSMatrix)$/^(ruleset-listing|clusterip-spreads-over-all-endpoints|" +
+		"nodeport-on-node-ip|session-affinity-clientip|no-endpoints-rejected|udp-flow-moves-when-its-endpoint-goes|" +
+		"ipvs-virtual-servers-addresses-and-sysctls|ipvs-rr-spreads-evenly|ipvs-stats-match-traffic|cleanup)$"},
+}
+
+// ipvsDaemonStart matches PID 1's daemon starting in ipvs mode on the baked manifests.
+var ipvsDaemonStart = regexp.MustCompile(`msg=starting .*mode=ipvs .*manifests=/etc/edgegate/manifests`)
+
+// TestIPVS boots the real firmware of each QEMU board in ipvs mode (the development hosts
+// have no IPVS; the boards' Debian kernels have it as modules) with the guest test
+// testdata/ipvstest as /edgegate-test: PID 1 loads ip_vs and every scheduler, its daemon
+// programs the baked manifests as virtual servers, and the guest test runs package lab's
+// traffic matrix in ipvs mode (real TCP and UDP between network namespaces inside the
+// guest, IPVS's schedulers and counters, graceful termination) and switches the lab's
+// daemon among the three proxy modes. The guest's results come back as subtests of
+// "guest"; the boot must end in a clean power-off with no kernel trouble.
+func TestIPVS(t *testing.T) {
+	for _, bc := range ipvsBoards {
+		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := board.Load(bc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			Require(t, b)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+			args := []string{"-test.v=test2json", "-test.timeout=4m"}
+			if bc.run != "" {
+				args = append(args, "-test.run="+bc.run)
+			}
+			buildStart := time.Now()
+			fw, err := BuildTestImage(ctx, log, t.TempDir(), TestImage{
+				Board:     b,
+				Init:      "github.com/edgegate/edgegate/daemon",
+				Test:      "github.com/edgegate/edgegate/qemu/testdata/ipvstest",
+				TestArgs:  args,
+				Manifests: "testdata/ipvstest/manifests",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: test image built in %v: %d modules, initramfs %d bytes gz", b.Name,
+				time.Since(buildStart).Round(time.Millisecond), len(fw.Info.Modules.LoadOrder), fw.Info.Initramfs.Size)
+			vm, err := Start(ctx, Options{
+				Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(),
+				Cmdline: []string{"edgegate.test=1", "edgegate.ip=eth0:" + guestAddr, "edgegate.flags=--proxy-mode=ipvs"},
+				// A NIC with no way out: its address carries PID 1's node port.
+				NICs:    []NIC{{Netdev: "user,restrict=on"}},
+				Timeout: 6 * time.Minute,
+				Console: func(line string) { t.Log("console: " + line) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vm.Kill()
+			start, _ := bootMarkers(t, vm, fw)
+			ready, err := vm.WaitFor("EDGEGATE-READY")
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := false
+			for _, l := range vm.Lines()[start.N:ready.N] {
+				started = started || ipvsDaemonStart.MatchString(l.Text)
+			}
+			if !started {
+				t.Errorf("no console line %q before EDGEGATE-READY: PID 1's daemon did not start in ipvs mode", ipvsDaemonStart)
+			}
+			guest, err := vm.WaitForGuestTest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Run("guest", guest.Report)
+			if results, err := guest.Results(); err == nil {
+				t.Logf("%s: guest tests %s", b.Name, countResults(results))
+			}
+			exit, err := vm.WaitFor("EDGEGATE-POWEROFF")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, err := vm.Wait(); err != nil || code != 0 {
+				t.Fatalf("QEMU ended with code %d, %v", code, err)
+			}
+			for _, l := range vm.Lines() {
+				for _, bad := range kernelTrouble {
+					if strings.Contains(l.Text, bad) {
+						t.Errorf("console line %d: %q", l.N, l.Text)
+					}
+				}
+			}
+			t.Logf("%s in ipvs mode: boot-to-ready %v; guest test exited %d; power-off at %v, QEMU exited after %v",
+				b.Name, ready.At.Round(time.Millisecond), guest.ExitCode, exit.At.Round(time.Millisecond), vm.Elapsed().Round(time.Millisecond))
+		})
+	}
+}
+
+// countResults sums the guest's results by outcome, top-level tests and subtests alike.
+func countResults(results []Result) string {
+	n := map[string]int{}
+	for _, r := range results {
+		if r.Name != "" {
+			n[r.Action]++
+		}
+	}
+	return fmt.Sprintf("%d passed, %d failed, %d skipped, %d unfinished", n["pass"], n["fail"], n["skip"], n[""])
+}
