@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 )
@@ -39,6 +40,9 @@ type Config struct {
 	LogLevel           string   `json:"logLevel"`
 	// IPVS is the ipvs mode's part, kube-proxy's KubeProxyConfiguration.ipvs.
 	IPVS IPVSConfiguration `json:"ipvs"`
+	// Conntrack sizes the connection tracking table and sets its timeouts, kube-proxy's
+	// KubeProxyConfiguration.conntrack.
+	Conntrack ConntrackConfiguration `json:"conntrack"`
 
 	// The cluster: a kubeconfig, or the API server with a bearer token file and its CA.
 	Kubeconfig   string  `json:"kubeconfig"`
@@ -65,6 +69,25 @@ type IPVSConfiguration struct {
 	// Scheduler is the default IPVS scheduler; a Service's edgegate.dev/ipvs-scheduler
 	// annotation picks another for it.
 	Scheduler string `json:"scheduler"`
+}
+
+// ConntrackConfiguration is kube-proxy's conntrack configuration, with its defaults: zero
+// leaves a setting as the kernel has it.
+type ConntrackConfiguration struct {
+	MaxPerCore            int      `json:"maxPerCore"`
+	Min                   int      `json:"min"`
+	TCPEstablishedTimeout Duration `json:"tcpEstablishedTimeout"`
+	TCPCloseWaitTimeout   Duration `json:"tcpCloseWaitTimeout"`
+	TCPBeLiberal          bool     `json:"tcpBeLiberal"`
+	UDPTimeout            Duration `json:"udpTimeout"`
+	UDPStreamTimeout      Duration `json:"udpStreamTimeout"`
+}
+
+// tuning is the configuration as conntrack.Tune takes it.
+func (c ConntrackConfiguration) tuning() conntrack.Tuning {
+	return conntrack.Tuning{MaxPerCore: c.MaxPerCore, Min: c.Min, TCPEstablished: c.TCPEstablishedTimeout.Duration,
+		TCPCloseWait: c.TCPCloseWaitTimeout.Duration, UDP: c.UDPTimeout.Duration, UDPStream: c.UDPStreamTimeout.Duration,
+		TCPBeLiberal: c.TCPBeLiberal}
 }
 
 // proxyModes are the --proxy-mode values.
@@ -97,6 +120,8 @@ func defaults() Config {
 		KubeAPIBurst:       cluster.DefaultBurst,
 		StateDir:           "/var/lib/edgegate",
 		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
+		Conntrack: ConntrackConfiguration{MaxPerCore: conntrack.DefaultTuning.MaxPerCore, Min: conntrack.DefaultTuning.Min,
+			TCPEstablishedTimeout: Duration{conntrack.DefaultTuning.TCPEstablished}, TCPCloseWaitTimeout: Duration{conntrack.DefaultTuning.TCPCloseWait}},
 
 		// Port 80 on every address: the firmware has one management NIC, and operators
 		// narrow it to that NIC's address in the configuration.
@@ -175,6 +200,13 @@ func parseConfig(args []string) (Config, error) {
 	fs.Var(durationFlag{&c.SyncPeriod}, "sync-period", "longest time between syncs")
 	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "shortest time between syncs (changes in between are batched)")
 	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
+	fs.IntVar(&c.Conntrack.MaxPerCore, "conntrack-max-per-core", c.Conntrack.MaxPerCore, "connection tracking entries per CPU (nf_conntrack_max, raised, never lowered); 0 leaves the table size alone")
+	fs.IntVar(&c.Conntrack.Min, "conntrack-min", c.Conntrack.Min, "least nf_conntrack_max, whatever the CPUs")
+	fs.Var(durationFlag{&c.Conntrack.TCPEstablishedTimeout}, "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
+	fs.Var(durationFlag{&c.Conntrack.TCPCloseWaitTimeout}, "conntrack-tcp-timeout-close-wait", "timeout of TCP connections in CLOSE_WAIT (0 leaves the kernel's)")
+	fs.BoolVar(&c.Conntrack.TCPBeLiberal, "conntrack-tcp-be-liberal", c.Conntrack.TCPBeLiberal, "accept out-of-window TCP packets instead of marking them invalid")
+	fs.Var(durationFlag{&c.Conntrack.UDPTimeout}, "conntrack-udp-timeout", "idle timeout of UDP flows seen one way (0 leaves the kernel's)")
+	fs.Var(durationFlag{&c.Conntrack.UDPStreamTimeout}, "conntrack-udp-timeout-stream", "idle timeout of UDP flows seen both ways (0 leaves the kernel's)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "cluster mode: kubeconfig file of the gateway's identity")
 	fs.StringVar(&c.APIServer, "api-server", c.APIServer, "cluster mode: the API server's https:// URL (with --token-file and --ca-file, or overriding the kubeconfig's server)")
 	fs.StringVar(&c.APIServer, "master", c.APIServer, "kube-proxy's spelling of --api-server")
@@ -246,6 +278,21 @@ func (c *Config) validate() error {
 	}
 	if err := validDashboardAddress(c.DashboardBindAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--dashboard-bind-address (dashboardBindAddress): %w", err))
+	}
+	for _, v := range []struct {
+		name string
+		bad  bool
+	}{
+		{"--conntrack-max-per-core (conntrack.maxPerCore)", c.Conntrack.MaxPerCore < 0},
+		{"--conntrack-min (conntrack.min)", c.Conntrack.Min < 0},
+		{"--conntrack-tcp-timeout-established (conntrack.tcpEstablishedTimeout)", c.Conntrack.TCPEstablishedTimeout.Duration < 0},
+		{"--conntrack-tcp-timeout-close-wait (conntrack.tcpCloseWaitTimeout)", c.Conntrack.TCPCloseWaitTimeout.Duration < 0},
+		{"--conntrack-udp-timeout (conntrack.udpTimeout)", c.Conntrack.UDPTimeout.Duration < 0},
+		{"--conntrack-udp-timeout-stream (conntrack.udpStreamTimeout)", c.Conntrack.UDPStreamTimeout.Duration < 0},
+	} {
+		if v.bad {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
+		}
 	}
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		errs = append(errs, fmt.Errorf("--masquerade-bit: %d is not in 0-31", c.MasqueradeBit))

@@ -122,3 +122,31 @@ func TestDashboardConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestConntrackConfig: kube-proxy's defaults, its file keys and flags, and negative values
+// refused by name.
+func TestConntrackConfig(t *testing.T) {
+	c, err := parseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Conntrack.tuning(); got.MaxPerCore != 32768 || got.Min != 131072 || got.TCPEstablished != 24*time.Hour ||
+		got.TCPCloseWait != time.Hour || got.UDP != 0 || got.TCPBeLiberal {
+		t.Errorf("defaults: %+v, want kube-proxy's", got)
+	}
+	file := writeFile(t, "conntrack:\n  maxPerCore: 0\n  min: 65536\n  tcpEstablishedTimeout: 2h\n  udpTimeout: 45s\n  tcpBeLiberal: true\n")
+	c, err = parseConfig([]string{"--config", file, "--conntrack-udp-timeout-stream", "3m", "--conntrack-tcp-timeout-close-wait", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ConntrackConfiguration{Min: 65536, TCPEstablishedTimeout: Duration{2 * time.Hour}, UDPTimeout: Duration{45 * time.Second},
+		UDPStreamTimeout: Duration{3 * time.Minute}, TCPBeLiberal: true}
+	if c.Conntrack != want {
+		t.Errorf("file and flags: %+v, want %+v", c.Conntrack, want)
+	}
+	for _, args := range [][]string{{"--conntrack-min", "-1"}, {"--config", writeFile(t, "conntrack:\n  udpTimeout: -5s\n")}} {
+		if _, err := parseConfig(args); err == nil || !strings.Contains(err.Error(), "conntrack") || !strings.Contains(err.Error(), "negative") {
+			t.Errorf("%v: error %v, want one naming the conntrack setting", args, err)
+		}
+	}
+}

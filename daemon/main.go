@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,12 +172,15 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 	var r *runner.Runner
 	var cl *joined // nil when standalone
+	var tuned sync.Once
 	r = runner.New("sync", func() {
 		if err := p.Sync(); err != nil {
 			log.Error("sync failed; the previous rules stay in place", "err", err)
 			r.Retry()
 			return
 		}
+		// After the first sync: its rules have loaded nf_conntrack, whose settings these are.
+		tuned.Do(func() { tuneConntrack(cfg.Conntrack.tuning(), log) })
 		if cl != nil {
 			cl.synced()
 		}
@@ -265,6 +269,22 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		stopComponents()
 		wg.Wait()
 		return err
+	}
+}
+
+// tuneConntrack sizes the connection tracking table and sets its timeouts. Outside the
+// initial network namespace the table size is the host's business: that is a warning, the
+// timeouts are set anyway.
+func tuneConntrack(t conntrack.Tuning, log *slog.Logger) {
+	changes, err := conntrack.Tune(conntrack.Host, t, runtime.NumCPU())
+	for _, c := range changes {
+		log.Info("conntrack setting changed", "setting", c.Name, "from", c.From, "to", c.To)
+	}
+	switch {
+	case errors.Is(err, conntrack.ErrNotHere):
+		log.Warn("conntrack: the table size is the host's to set (not the initial network namespace)", "err", err)
+	case err != nil:
+		log.Warn("conntrack settings not all made", "err", err)
 	}
 }
 

@@ -1,6 +1,10 @@
 package lab
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 // TestTrafficMatrixNftables runs every scenario against one daemon in nftables mode.
 func TestTrafficMatrixNftables(t *testing.T) { RunMatrix(t, "nftables") }
@@ -24,5 +28,14 @@ func TestEmbeddedDefaultNftables(t *testing.T) {
 	defer flow.Close()
 	if r := flow.Ask(); r.Outcome != Answered {
 		t.Errorf("default/dns 10.96.0.53:53: %v", r)
+	}
+	// The daemon set kube-proxy's conntrack timeouts in its namespace (the table size is
+	// the host's: global, read-only outside the initial namespace).
+	for name, want := range map[string]string{"nf_conntrack_tcp_timeout_established": "86400", "nf_conntrack_tcp_timeout_close_wait": "3600"} {
+		var b []byte
+		err := l.Gateway.Do(func() (err error) { b, err = os.ReadFile("/proc/sys/net/netfilter/" + name); return err })
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("gateway %s = %q, %v; want %s", name, b, err, want)
+		}
 	}
 }

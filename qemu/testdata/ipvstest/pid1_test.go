@@ -1,10 +1,11 @@
 package ipvstest
 
 import (
-	"fmt"
 	"os"
 	"path"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -86,6 +87,24 @@ func TestPID1IPVSMode(t *testing.T) {
 	}
 	if len(st.TablesNamed("edgegate")) > 0 {
 		t.Errorf("nftables mode's tables are there in ipvs mode:\n%s", st)
+	}
+	// PID 1's daemon runs in the initial namespace: it sized the connection tracking
+	// table and set the TCP timeouts as kube-proxy does (the kernel's table for the
+	// guest's memory holds about 4096 connections).
+	for name, least := range map[string]int{
+		"nf_conntrack_max":                     max(32768*runtime.NumCPU(), 131072),
+		"nf_conntrack_tcp_timeout_established": 86400,
+		"nf_conntrack_tcp_timeout_close_wait":  3600,
+	} {
+		b, err := os.ReadFile("/proc/sys/net/netfilter/" + name)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || v < least || name != "nf_conntrack_max" && v != least {
+			t.Errorf("%s = %q, want %d", name, strings.TrimSpace(string(b)), least)
+		}
 	}
 }
 
