@@ -35,6 +35,7 @@ type joined struct {
 	routes *node.Routes
 	table  *route.Kernel
 	health *healthz.Server
+	drains *drains
 	log    *slog.Logger
 
 	// programmed is set by the first successful sync: what the Node's Ready means.
@@ -45,7 +46,7 @@ type joined struct {
 // join builds the cluster mode's components; nothing talks to the API server before run.
 // changed is called when the tracker's contents changed.
 func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), health *healthz.Server,
-	m *metrics.Metrics, log *slog.Logger) (*joined, error) {
+	dr *drains, m *metrics.Metrics, log *slog.Logger) (*joined, error) {
 	rc, err := cfg.clusterConfig().RESTConfig()
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), h
 	if err != nil {
 		return nil, err
 	}
-	j := &joined{table: table, health: health, log: log}
+	j := &joined{table: table, health: health, drains: dr, log: log}
 	var file *cache.File
 	if cfg.StateDir != "" {
 		file = cache.NewFile(cfg.StateDir)
@@ -85,6 +86,7 @@ func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), h
 	j.member = node.NewMember(memberClient, node.Config{
 		Name: nodeName, Zone: cfg.Zone, Region: cfg.Region, InternalIPs: ips, Version: version,
 	}, j.programmed.Load, log.With("component", "node"))
+	dr.follow(j.member.SetDraining)
 
 	health.AddCheck("cluster", func() (bool, any) {
 		lk := j.source.Link()
@@ -122,8 +124,7 @@ func (j *joined) nodesChanged() {
 		} else {
 			j.log.Info("this gateway's Node is no longer being removed: serving again")
 		}
-		j.health.SetDraining(draining)
-		j.member.SetDraining(draining)
+		j.drains.set(drainNodeRemoval, draining)
 	}
 }
 

@@ -146,6 +146,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 	m := metrics.New()
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
+	dr := newDrains(health.SetDraining)
+	if dash != nil {
+		dr.changed = dash.ShowDrain
+		dash.OnDrain(func(on bool) bool { return dr.set(drainOperator, on) })
+	}
 	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"))
 	hc.UseProxyHealth(health)
 	defer hc.Close()
@@ -193,7 +198,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		r.Trigger()
 	}
 	if cfg.clusterConfig().Enabled() {
-		if cl, err = join(cfg, pc.NodeName, tracker, changed, health, m, log); err != nil {
+		if cl, err = join(cfg, pc.NodeName, tracker, changed, health, dr, m, log); err != nil {
 			return err
 		}
 		defer cl.close()

@@ -97,7 +97,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := NodeIPv4.String() + ":80"
-	l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)),
+	d := l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)),
 		"--dashboard-bind-address", addr, "--dashboard-token-file", tokenFile,
 		// Full syncs keep the nftables counters; none is needed here.
 		"--full-sync-period", "5m")...)
@@ -166,7 +166,28 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Error("the page reloaded to show the change; it must update in place")
 	}
 
+	// The drain action: /healthz (what load balancers probe) fails while the operator
+	// drains, and passes again after; traffic keeps flowing meanwhile.
+	healthz := "http://" + NodeIPv4.String() + ":10256/healthz"
+	do(t, ctx, "drain the gateway", chromedp.Click(chromedp.CSS(`#drain[data-on="1"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#drain[data-on="0"]`)))
+	if code, body, err := l.Client.Fetch(healthz); err != nil || code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz while the operator drains: %d %q %v, want 503", code, body, err)
+	}
+	if state := value(t, ctx, "read the drain state", chromedp.Text(chromedp.CSS("#drain-state"))); !strings.Contains(state, "draining: operator") {
+		t.Errorf("the page shows %q while draining", state)
+	}
+	expectOutcome(t, l.Client, "10.96.0.10:80", Answered)
 	shot := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+	do(t, ctx, "serve again", chromedp.Click(chromedp.CSS(`#drain[data-on="0"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#drain[data-on="1"]`)))
+	if code, body, err := l.Client.Fetch(healthz); err != nil || code != http.StatusOK {
+		t.Errorf("/healthz after the drain ended: %d %q %v, want 200", code, body, err)
+	}
+	if line, ok := d.LogLine("operator action", "action=drain", "on=true"); !ok {
+		t.Errorf("the drain action was not logged (%q)", line)
+	}
+
 	out := filepath.Join("..", "out", "dashboard-browser.png")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)

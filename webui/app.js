@@ -154,8 +154,31 @@ function renderLogs() {
   $("logs").scrollTop = 1e9;
 }
 
+// The drain action: /healthz fails (load balancers steer away) and the Node turns not
+// ready; the rules stay. The button posts with the page's cookie and Origin.
+function renderDrain() {
+  const d = state.drain || {};
+  const b = $("drain");
+  $("drain-state").replaceChildren(...(d.draining ? [badge("draining: " + (d.reasons || []).join(", "), "warn")] : []));
+  b.hidden = !d.action;
+  const operator = (d.reasons || []).includes("operator");
+  b.textContent = operator ? "serve again" : "drain";
+  b.dataset.on = operator ? "0" : "1";
+}
+
+async function drainClicked() {
+  const b = $("drain");
+  b.disabled = true;
+  try {
+    const r = await fetch("api/drain", { method: "POST", body: new URLSearchParams({ on: b.dataset.on }) });
+    if (!r.ok) $("drain-state").replaceChildren(badge("drain refused: " + (await r.text()).trim(), "bad"));
+  } finally {
+    b.disabled = false;
+  }
+}
+
 const renderers = {
-  firmware: renderFirmware, cluster: renderCluster, services: renderServices,
+  drain: renderDrain, firmware: renderFirmware, cluster: renderCluster, services: renderServices,
   traffic: () => { onTraffic(); renderServices(); }, syncs: renderSyncs, network: renderNetwork, logs: renderLogs,
 };
 const limits = { syncs: 120, logs: 500 };
@@ -210,6 +233,7 @@ if (token) {
   params.delete("token");
   history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
 }
+$("drain").addEventListener("click", drainClicked);
 connect(token);
 setInterval(renderCluster, 5000); // the "ago" times move without messages
 // The hub pushes counters only when they change: silence means a rate of zero.

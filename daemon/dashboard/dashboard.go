@@ -23,6 +23,7 @@ const (
 	KeyCluster  = "cluster"
 	KeyNetwork  = "network"
 	KeyLogs     = "logs"
+	KeyDrain    = "drain"
 )
 
 // SyncLimit is how many syncs the history keeps.
@@ -157,6 +158,8 @@ type Dashboard struct {
 	snap        *model.Snapshot // last programmed
 	cluster     func() ClusterLink
 	lastTrigger map[model.ServicePortName]int64
+	drain       func(on bool) bool
+	drainState  DrainState
 }
 
 // New returns a dashboard; Run starts its samplers, Serve its HTTP server.
@@ -180,7 +183,36 @@ func New(o Options) *Dashboard {
 	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: o.Mode, Node: o.Node, Started: o.Now()})
 	_ = d.hub.Set(KeyServices, []Service{})
 	_ = d.hub.Set(KeyCluster, map[string]any{"mode": "standalone"})
+	_ = d.hub.Set(KeyDrain, DrainState{Reasons: []string{}})
 	return d
+}
+
+// DrainState is whether the gateway drains (its /healthz fails, so load balancers steer
+// away, and its Node is not ready), why, and whether the operator can drain it from here.
+type DrainState struct {
+	Draining bool     `json:"draining"`
+	Reasons  []string `json:"reasons"`
+	Action   bool     `json:"action"`
+}
+
+// OnDrain offers the operator's drain action: fn turns the operator's reason on or off and
+// reports whether the gateway drains afterwards.
+func (d *Dashboard) OnDrain(fn func(on bool) bool) {
+	d.mu.Lock()
+	d.drain = fn
+	d.drainState.Action = true
+	st := d.drainState
+	d.mu.Unlock()
+	_ = d.hub.Set(KeyDrain, st)
+}
+
+// ShowDrain shows the drain state, whatever changed it.
+func (d *Dashboard) ShowDrain(draining bool, reasons []string) {
+	d.mu.Lock()
+	d.drainState.Draining, d.drainState.Reasons = draining, append([]string{}, reasons...)
+	st := d.drainState
+	d.mu.Unlock()
+	_ = d.hub.Set(KeyDrain, st)
 }
 
 // Hub returns the dashboard's hub.

@@ -44,6 +44,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /api/conntrack", d.serveConntrack)
 	mux.HandleFunc("GET /api/network", d.serveNetwork)
 	mux.HandleFunc("GET /api/logs", d.serveLogs)
+	mux.HandleFunc("POST /api/drain", d.serveDrain)
 	mux.Handle("GET /", http.FileServerFS(webui.Files))
 	return d.guard(mux)
 }
@@ -64,8 +65,9 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; frame-ancestors 'none'")
 		h.Set("Cache-Control", "no-store")
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			http.Error(w, "the dashboard is read-only", http.StatusMethodNotAllowed)
+		action := r.Method == http.MethodPost && actions[r.URL.Path]
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !action {
+			http.Error(w, "the dashboard is read-only but for its actions", http.StatusMethodNotAllowed)
 			return
 		}
 		if !sameOrigin(r) {
@@ -81,11 +83,46 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 			http.Error(w, "wrong token", http.StatusForbidden)
 			return
 		}
+		if action && (from == "query" || r.Header.Get("Origin") == "" && from != "header") {
+			// An action is never a link to follow: it carries the token in a header, or
+			// in the cookie from a page of this dashboard (which sends its Origin).
+			http.Error(w, "an action needs the token in an Authorization header, or this dashboard's page", http.StatusForbidden)
+			return
+		}
 		if from == "query" {
 			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: got, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// actions are the paths that change something: POST only, token required, logged.
+var actions = map[string]bool{"/api/drain": true}
+
+// serveDrain is the operator's drain action: on=1 drains the gateway (its /healthz fails,
+// so external load balancers steer away, and its Node turns not ready; the rules stay and
+// connections in flight finish), on=0 ends the operator's drain.
+func (d *Dashboard) serveDrain(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	fn := d.drain
+	d.mu.Unlock()
+	if fn == nil {
+		http.Error(w, "this gateway offers no drain action", http.StatusNotFound)
+		return
+	}
+	var on bool
+	switch v := r.FormValue("on"); v {
+	case "1", "true":
+		on = true
+	case "0", "false":
+	default:
+		http.Error(w, fmt.Sprintf("on=%q: want 1 (drain) or 0 (serve again)", v), http.StatusBadRequest)
+		return
+	}
+	d.opts.Log.Warn("operator action", "action", "drain", "on", on, "from", r.RemoteAddr, "userAgent", r.UserAgent())
+	draining := fn(on)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, "{\"draining\":%t}\n", draining)
 }
 
 // requestToken finds the token in the Authorization header, the query or the cookie.

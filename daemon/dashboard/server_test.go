@@ -403,3 +403,63 @@ func TestRecorderKeepsDraining(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainAction: the drain action is a POST with the token in a header, or in the cookie
+// from this dashboard's page (its Origin); never from a link, a foreign page or without the
+// token. It is logged, and its state reaches the hub.
+func TestDrainAction(t *testing.T) {
+	var logs strings.Builder
+	d := New(Options{Mode: ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	post := func(path string, hdr map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	bearer := map[string]string{"Authorization": "Bearer " + testToken}
+	if code, body := post("/api/drain?on=1", bearer); code != http.StatusNotFound {
+		t.Errorf("without a drain action: %d %q, want 404", code, body)
+	}
+	var calls []bool
+	draining := false
+	d.OnDrain(func(on bool) bool { calls = append(calls, on); draining = on; d.ShowDrain(on, []string{"operator"}); return draining })
+	cookie := CookieName + "=" + testToken
+	for _, tc := range []struct {
+		name, path string
+		hdr        map[string]string
+		want       int
+	}{
+		{"no token", "/api/drain?on=1", nil, http.StatusUnauthorized},
+		{"token in the query", "/api/drain?on=1&token=" + testToken, nil, http.StatusForbidden},
+		{"cookie without origin", "/api/drain?on=1", map[string]string{"Cookie": cookie}, http.StatusForbidden},
+		{"cookie from a foreign page", "/api/drain?on=1", map[string]string{"Cookie": cookie, "Origin": "http://evil.example"}, http.StatusForbidden},
+		{"bad value", "/api/drain?on=maybe", bearer, http.StatusBadRequest},
+		{"not an action", "/api/state", bearer, http.StatusMethodNotAllowed},
+		{"bearer drains", "/api/drain?on=1", bearer, http.StatusOK},
+		{"the page serves again", "/api/drain?on=0", map[string]string{"Cookie": cookie, "Origin": srv.URL}, http.StatusOK},
+	} {
+		if code, body := post(tc.path, tc.hdr); code != tc.want {
+			t.Errorf("%s: POST %s: %d %q, want %d", tc.name, tc.path, code, body, tc.want)
+		}
+	}
+	if len(calls) != 2 || !calls[0] || calls[1] {
+		t.Errorf("drain calls %v, want [true false]", calls)
+	}
+	if n := strings.Count(logs.String(), "operator action"); n != 2 {
+		t.Errorf("%d operator actions logged, want 2:\n%s", n, logs.String())
+	}
+	var state struct{ Drain DrainState }
+	if err := json.Unmarshal(d.Hub().Snapshot(), &state); err != nil || !state.Drain.Action || state.Drain.Draining {
+		t.Errorf("hub drain state %+v (%v), want the action offered and not draining", state.Drain, err)
+	}
+}
