@@ -11,7 +11,9 @@ func TestDrainsJoinReasons(t *testing.T) {
 	var health []bool
 	d := newDrains(func(on bool) { health = append(health, on) })
 	var views []string
-	d.changed = func(on bool, reasons []string) { views = append(views, slices.Concat([]string{map[bool]string{true: "on", false: "off"}[on]}, reasons)...) }
+	d.changed = func(on bool, reasons []string) {
+		views = append(views, slices.Concat([]string{map[bool]string{true: "on", false: "off"}[on]}, reasons)...)
+	}
 	if !d.set(drainOperator, true) {
 		t.Fatal("operator drain: not draining")
 	}

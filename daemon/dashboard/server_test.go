@@ -81,7 +81,12 @@ func newTestDashboard(t *testing.T, mode string) (*Dashboard, *httptest.Server) 
 
 func get(t *testing.T, url string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return request(t, http.MethodGet, url, hdr)
+}
+
+func request(t *testing.T, method, url string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,17 +419,8 @@ func TestDrainAction(t *testing.T) {
 	t.Cleanup(srv.Close)
 	post := func(path string, hdr map[string]string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, nil)
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, body := request(t, http.MethodPost, srv.URL+path, hdr)
+		return resp.StatusCode, body
 	}
 	bearer := map[string]string{"Authorization": "Bearer " + testToken}
 	if code, body := post("/api/drain?on=1", bearer); code != http.StatusNotFound {
@@ -432,7 +428,12 @@ func TestDrainAction(t *testing.T) {
 	}
 	var calls []bool
 	draining := false
-	d.OnDrain(func(on bool) bool { calls = append(calls, on); draining = on; d.ShowDrain(on, []string{"operator"}); return draining })
+	d.OnDrain(func(on bool) bool {
+		calls = append(calls, on)
+		draining = on
+		d.ShowDrain(on, []string{"operator"})
+		return draining
+	})
 	cookie := CookieName + "=" + testToken
 	for _, tc := range []struct {
 		name, path string
