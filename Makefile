@@ -9,7 +9,10 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 # Pure packages: no kernel, run with the race detector.
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
-             ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/...
+             ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/...
+# Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
+# is the cluster tier's).
+NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb/member/...
 
 .PHONY: all build demo demo-netns test test-unit test-netns fuzz vet deps deps-test clean
 
@@ -57,6 +60,7 @@ test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
 	@out=$$(gofmt -l daemon lab board initramfs qemu); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
 test-unit:
 	$(GO) test -race -count=1 $(PURE)
@@ -70,7 +74,7 @@ fuzz:
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
 test-netns: build
 	@hack/require-root.sh
-	EDGEGATE_BIN=$(abspath $(BIN)/edgegate) $(GO) test -count=1 -timeout 20m ./daemon/kernel/... ./daemon/proxy/... \
+	EDGEGATE_BIN=$(abspath $(BIN)/edgegate) $(GO) test -count=1 -timeout 20m $(NETNS) \
 		$$($(GO) list ./lab/... | grep -v /lab/cluster)
 
 clean:

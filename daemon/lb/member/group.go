@@ -1,0 +1,324 @@
+package member
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of Config.
+const (
+	DefaultPort     = 7480
+	DefaultInterval = 100 * time.Millisecond
+	// DefaultTimeout is four missed heartbeats: a lost datagram or two never moves an
+	// address, a dead gateway's addresses move in under half a second.
+	DefaultTimeout = 400 * time.Millisecond
+)
+
+// DefaultGroup is the organisation-local multicast group heartbeats go to (TTL 1: they
+// never leave the segment).
+var DefaultGroup = netip.MustParseAddr("239.255.74.80")
+
+// Config is one gateway's membership on its segment.
+type Config struct {
+	Name       string   // this gateway's node name
+	Interfaces []string // where heartbeats are sent and heard: the pools' interfaces
+	Port       int
+	Group      netip.Addr
+	Interval   time.Duration
+	Timeout    time.Duration
+	// LeaseFresh is how recently a silent peer's Lease must have been seen renewed for it
+	// to count as alive across a partition (a few of its renew intervals).
+	LeaseFresh time.Duration
+	// Key signs heartbeats (HMAC-SHA256) so that a host on the segment cannot join, or
+	// make a gateway give up its addresses, without it. Empty: unsigned.
+	Key    []byte
+	Leases LeaseView // nil without a cluster
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// Group sends this gateway's heartbeats and hears its peers'. Open it in the network
+// namespace it serves: the socket and the interfaces are that namespace's.
+type Group struct {
+	cfg  Config
+	conn *net.UDPConn
+	pc   *ipv4.PacketConn
+	// nl finds interfaces in the namespace the group was opened in, whatever thread asks.
+	nl    *netlink.Handle
+	inc   int64
+	dst   *net.UDPAddr
+	wake  chan struct{} // a heartbeat to send now (draining changed)
+	notif chan struct{}
+
+	mu      sync.Mutex
+	view    *View
+	seq     uint64
+	joined  map[string]*net.Interface
+	members []string
+	bad     int // datagrams refused (unsigned, wrong key, malformed)
+}
+
+// Open binds the heartbeat socket and joins the group on every interface there is; the
+// others are joined when they appear. An interface that does not exist is not an error
+// (a NIC may come later), a socket that cannot be opened is.
+func Open(cfg Config) (*Group, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("member: Config.Name (the node name) is empty")
+	}
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	if !cfg.Group.IsValid() {
+		cfg.Group = DefaultGroup
+	}
+	if !cfg.Group.Is4() || !cfg.Group.IsMulticast() {
+		return nil, fmt.Errorf("member: group %s is not an IPv4 multicast address", cfg.Group)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Timeout < 2*cfg.Interval {
+		return nil, fmt.Errorf("member: timeout %v is less than two heartbeat intervals (%v)", cfg.Timeout, cfg.Interval)
+	}
+	if cfg.LeaseFresh <= 0 {
+		cfg.LeaseFresh = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) })
+		return errors.Join(err, serr)
+	}}
+	pconn, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf("0.0.0.0:%d", cfg.Port))
+	if err != nil {
+		return nil, fmt.Errorf("member: heartbeat socket on port %d: %w", cfg.Port, err)
+	}
+	conn := pconn.(*net.UDPConn)
+	pc := ipv4.NewPacketConn(conn)
+	if err := errors.Join(pc.SetMulticastTTL(1), pc.SetMulticastLoopback(false)); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("member: heartbeat socket: %w", err)
+	}
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("member: netlink: %w", err)
+	}
+	now := cfg.Now()
+	g := &Group{
+		cfg: cfg, conn: conn, pc: pc, nl: nl, inc: now.UnixNano(),
+		dst:  &net.UDPAddr{IP: cfg.Group.AsSlice(), Port: cfg.Port},
+		wake: make(chan struct{}, 1), notif: make(chan struct{}, 1),
+		view:   NewView(cfg.Name, cfg.Timeout, cfg.LeaseFresh, now),
+		joined: map[string]*net.Interface{},
+	}
+	g.join()
+	return g, nil
+}
+
+// join joins the group on the configured interfaces not joined yet.
+func (g *Group) join() {
+	for _, name := range g.cfg.Interfaces {
+		if _, ok := g.joined[name]; ok {
+			continue
+		}
+		link, err := g.nl.LinkByName(name)
+		if err != nil {
+			continue // not there (yet)
+		}
+		a := link.Attrs()
+		ifi := &net.Interface{Index: a.Index, MTU: a.MTU, Name: a.Name, HardwareAddr: a.HardwareAddr, Flags: a.Flags}
+		if err := g.pc.JoinGroup(ifi, &net.UDPAddr{IP: g.cfg.Group.AsSlice()}); err != nil {
+			g.cfg.Log.Warn("heartbeats: cannot join the group on the interface", "interface", name, "group", g.cfg.Group, "err", err)
+			continue
+		}
+		g.joined[name] = ifi
+		g.cfg.Log.Info("heartbeats: listening", "interface", name, "group", g.cfg.Group, "port", g.cfg.Port)
+	}
+}
+
+// Run sends heartbeats every Interval, hears the peers' and recomputes the members every
+// half Interval, until ctx ends. It closes the socket when it returns.
+func (g *Group) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { g.receive() })
+	defer func() {
+		g.conn.Close()
+		wg.Wait()
+		g.nl.Close()
+	}()
+	send := time.NewTicker(g.cfg.Interval)
+	defer send.Stop()
+	check := time.NewTicker(g.cfg.Interval / 2)
+	defer check.Stop()
+	rejoin := time.NewTicker(time.Second)
+	defer rejoin.Stop()
+	g.send()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-send.C:
+			g.send()
+		case <-g.wake:
+			g.send()
+		case <-check.C:
+			g.recompute()
+		case <-rejoin.C:
+			g.mu.Lock()
+			g.join()
+			g.view.Forget(g.cfg.Now(), time.Hour, g.cfg.Leases)
+			g.mu.Unlock()
+		}
+	}
+}
+
+func (g *Group) send() {
+	g.mu.Lock()
+	g.seq++
+	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.inc, Seq: g.seq, Draining: g.view.Draining()}
+	ifaces := make([]*net.Interface, 0, len(g.joined))
+	for _, name := range slices.Sorted(maps.Keys(g.joined)) {
+		ifaces = append(ifaces, g.joined[name])
+	}
+	g.mu.Unlock()
+	b := encode(hb, g.cfg.Key)
+	for _, ifi := range ifaces {
+		if err := g.pc.SetMulticastInterface(ifi); err != nil {
+			continue
+		}
+		// A send that fails (the link is down) is tried again at the next interval.
+		_, _ = g.pc.WriteTo(b, nil, g.dst)
+	}
+}
+
+func (g *Group) receive() {
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := g.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		hb, err := decode(buf[:n], g.cfg.Key)
+		g.mu.Lock()
+		if err != nil {
+			g.bad++
+			g.mu.Unlock()
+			continue
+		}
+		changed := g.view.Heard(hb, g.cfg.Now())
+		g.mu.Unlock()
+		if changed {
+			g.recompute()
+		}
+	}
+}
+
+// recompute derives the members and signals Changed when they differ.
+func (g *Group) recompute() {
+	g.mu.Lock()
+	m := g.view.Members(g.cfg.Now(), g.cfg.Leases)
+	same := slices.Equal(m, g.members)
+	g.members = m
+	g.mu.Unlock()
+	if !same {
+		g.cfg.Log.Info("gateways on the segment", "members", strings.Join(m, ","))
+		select {
+		case g.notif <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Members returns the gateways that own addresses now, sorted.
+func (g *Group) Members() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.members)
+}
+
+// Changed signals (coalesced) that Members changed.
+func (g *Group) Changed() <-chan struct{} { return g.notif }
+
+// SetDraining hands this gateway's addresses over (or takes its share again): the next
+// heartbeat, sent at once, tells the peers, and this gateway owns nothing meanwhile.
+func (g *Group) SetDraining(d bool) {
+	g.mu.Lock()
+	g.view.SetDraining(d)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	g.recompute()
+}
+
+// Peers describes the peers heard, and the datagrams refused.
+func (g *Group) Peers() ([]PeerStatus, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.view.Peers(g.cfg.Now(), g.cfg.Leases), g.bad
+}
+
+// encode is the heartbeat's JSON, followed by a line with its HMAC when key is set.
+func encode(hb Heartbeat, key []byte) []byte {
+	b, _ := json.Marshal(hb)
+	if len(key) == 0 {
+		return b
+	}
+	return append(append(b, '\n'), hex.EncodeToString(sign(b, key))...)
+}
+
+func decode(b []byte, key []byte) (Heartbeat, error) {
+	body, mac, signed := strings.Cut(string(b), "\n")
+	if len(key) > 0 {
+		want := sign([]byte(body), key)
+		got, err := hex.DecodeString(mac)
+		if !signed || err != nil || !hmac.Equal(got, want) {
+			return Heartbeat{}, errors.New("heartbeat not signed with this site's key")
+		}
+	}
+	var hb Heartbeat
+	if err := json.Unmarshal([]byte(body), &hb); err != nil {
+		return Heartbeat{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	if hb.Name == "" || len(hb.Name) > 253 {
+		return Heartbeat{}, errors.New("heartbeat without a valid name")
+	}
+	return hb, nil
+}
+
+func sign(b, key []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(b)
+	return m.Sum(nil)
+}

@@ -1,0 +1,99 @@
+package member
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func TestViewListensBeforeItClaims(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	if m := v.Members(t0.Add(ms(100)), nil); len(m) != 0 {
+		t.Errorf("members while still listening: %v, want none", m)
+	}
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 1}, t0.Add(ms(150)))
+	if m := v.Members(t0.Add(ms(400)), nil); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Errorf("members %v, want gw-a and gw-b", m)
+	}
+}
+
+// TestViewPeerDiesAndReturns: a peer silent for longer than Timeout leaves at once; heard
+// again (a restart: a new incarnation) it is back; replayed heartbeats change nothing.
+func TestViewPeerDiesAndReturns(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	for i := range 10 {
+		v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: uint64(i + 1)}, t0.Add(ms(100*i)))
+	}
+	last := t0.Add(ms(900))
+	if m := v.Members(last.Add(ms(400)), nil); !slices.Contains(m, "gw-b") {
+		t.Errorf("gw-b gone %v after its last heartbeat: %v", ms(400), m)
+	}
+	if m := v.Members(last.Add(ms(401)), nil); slices.Contains(m, "gw-b") {
+		t.Errorf("gw-b still a member after %v of silence: %v", ms(401), m)
+	}
+	if v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 3}, last.Add(ms(500))) {
+		t.Error("a replayed heartbeat changed the view")
+	}
+	if m := v.Members(last.Add(ms(500)), nil); slices.Contains(m, "gw-b") {
+		t.Errorf("a replayed heartbeat brought gw-b back: %v", m)
+	}
+	if !v.Heard(Heartbeat{Name: "gw-b", Incarnation: 2, Seq: 1}, last.Add(ms(2000))) {
+		t.Error("a restarted peer did not change the view")
+	}
+	if m := v.Members(last.Add(ms(2000)), nil); !slices.Contains(m, "gw-b") {
+		t.Errorf("restarted gw-b not a member: %v", m)
+	}
+	if v.Heard(Heartbeat{Name: "gw-a", Incarnation: 9, Seq: 1}, last) {
+		t.Error("its own looped-back heartbeat changed the view")
+	}
+}
+
+// TestViewDraining: a draining peer leaves as soon as its heartbeat says so; a draining
+// gateway owns nothing itself.
+func TestViewDraining(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 1}, t0.Add(ms(450)))
+	if !v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 2, Draining: true}, t0.Add(ms(500))) {
+		t.Error("a peer starting to drain did not change the view")
+	}
+	if m := v.Members(t0.Add(ms(500)), nil); !slices.Equal(m, []string{"gw-a"}) {
+		t.Errorf("members %v, want gw-a alone while gw-b drains", m)
+	}
+	v.SetDraining(true)
+	if m := v.Members(t0.Add(ms(500)), nil); len(m) != 0 {
+		t.Errorf("members %v while both drain, want none", m)
+	}
+}
+
+// TestViewPartition: a silent peer whose Lease is seen renewed after it fell silent is
+// alive across a partition and stays a member while that renewal is fresh; a killed peer
+// (its Lease last renewed before its last heartbeat) leaves at Timeout.
+func TestViewPartition(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 1}, t0.Add(ms(500)))
+	v.Heard(Heartbeat{Name: "gw-c", Incarnation: 1, Seq: 1}, t0.Add(ms(500)))
+	leases := map[string]time.Time{
+		"gw-b": t0.Add(10 * time.Second), // renewed 9.5s after its last heartbeat: alive
+		"gw-c": t0.Add(ms(450)),          // renewed just before it died
+	}
+	view := func(name string) (time.Time, bool) { l, ok := leases[name]; return l, ok }
+	now := t0.Add(11 * time.Second)
+	if m := v.Members(now, view); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Errorf("members %v, want gw-a and the partitioned gw-b", m)
+	}
+	st := v.Peers(now, view)
+	if len(st) != 2 || st[0].State != "partitioned" || st[1].State != "gone" {
+		t.Errorf("peers %+v", st)
+	}
+	if m := v.Members(t0.Add(41*time.Second), view); !slices.Equal(m, []string{"gw-a"}) {
+		t.Errorf("members %v once gw-b's Lease is stale too, want gw-a", m)
+	}
+	v.Forget(t0.Add(41*time.Second), 20*time.Second, view)
+	if st := v.Peers(t0.Add(41*time.Second), view); len(st) != 0 {
+		t.Errorf("peers kept after Forget: %+v", st)
+	}
+}
