@@ -6,6 +6,11 @@ import (
 	"time"
 )
 
+// partitionMargin: a silent peer's Lease renewal counts as proof of life only when it
+// arrives this long after the silence began (node Leases are renewed every 10 s or so, so
+// the margin delays nothing).
+const partitionMargin = 2 * time.Second
+
 // Heartbeat is what a gateway multicasts on the segment every Interval.
 type Heartbeat struct {
 	Name string `json:"name"`
@@ -99,8 +104,10 @@ func (v *View) partitioned(name string, p *peerState, now time.Time, leases Leas
 	if leases == nil {
 		return false
 	}
+	// The renewal must arrive well after the silence began: a dead peer's last renewal,
+	// made just before it died, may reach this gateway a little late through the API.
 	seen, ok := leases(name)
-	return ok && seen.After(p.heard.Add(v.Timeout)) && now.Sub(seen) <= v.LeaseFresh
+	return ok && seen.After(p.heard.Add(max(v.Timeout, partitionMargin))) && now.Sub(seen) <= v.LeaseFresh
 }
 
 // Peers describes every peer heard, for the dashboard and logs.

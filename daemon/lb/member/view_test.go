@@ -4,6 +4,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -95,5 +98,29 @@ func TestViewPartition(t *testing.T) {
 	v.Forget(t0.Add(41*time.Second), 20*time.Second, view)
 	if st := v.Peers(t0.Add(41*time.Second), view); len(st) != 0 {
 		t.Errorf("peers kept after Forget: %+v", st)
+	}
+}
+
+// TestLeaseWatchSeesRenewals: a renewal counts when its renewTime changes, on the
+// watcher's clock; the same Lease sent again (a resync) is not a renewal.
+func TestLeaseWatchSeesRenewals(t *testing.T) {
+	now := t0
+	w := NewLeaseWatch(func() time.Time { return now })
+	lease := func(rt time.Time) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gw-b"}, Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: rt}}}
+	}
+	w.Observe(lease(t0.Add(-time.Hour))) // the peer's clock is an hour behind: no matter
+	now = t0.Add(5 * time.Second)
+	w.Observe(lease(t0.Add(-time.Hour)))
+	if seen, ok := w.View("gw-b"); !ok || !seen.Equal(t0) {
+		t.Errorf("seen %v %v, want the first sighting %v", seen, ok, t0)
+	}
+	w.Observe(lease(t0.Add(-time.Hour + 10*time.Second)))
+	if seen, _ := w.View("gw-b"); !seen.Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("renewal seen at %v, want %v", seen, t0.Add(5*time.Second))
+	}
+	w.Forget("gw-b")
+	if _, ok := w.View("gw-b"); ok {
+		t.Error("a deleted Lease is still seen")
 	}
 }
