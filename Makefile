@@ -9,7 +9,8 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 # Pure packages: no kernel, run with the race detector.
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
-             ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/...
+             ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
+             ./daemon/lb/pool/...
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).
 NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/...
@@ -60,7 +61,7 @@ test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
 	@out=$$(gofmt -l daemon lab board initramfs qemu); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
-	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
+	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
 test-unit:
 	$(GO) test -race -count=1 $(PURE)
@@ -70,6 +71,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
 	$(GO) test -run '^$$' -fuzz '^FuzzIPVSPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
+	$(GO) test -run '^$$' -fuzz '^FuzzAllocate$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
 test-netns: build

@@ -74,8 +74,10 @@ func TestDeployManifestsAgree(t *testing.T) {
 		case *rbacv1.ClusterRole:
 			roles["ClusterRole/"+o.Name] = true
 		case *rbacv1.Role:
-			if o.Namespace != v1.NamespaceNodeLease {
-				t.Errorf("Role %s is in %q; the gateway's Lease is in %s", o.Name, o.Namespace, v1.NamespaceNodeLease)
+			// The node Lease in kube-node-lease; the LoadBalancer pools ConfigMap and the
+			// allocator's Lease in kube-system (daemon/lb/alloc).
+			if o.Namespace != v1.NamespaceNodeLease && o.Namespace != metav1.NamespaceSystem {
+				t.Errorf("Role %s is in %q; the gateway's Roles are in %s and %s", o.Name, o.Namespace, v1.NamespaceNodeLease, metav1.NamespaceSystem)
 			}
 			roles["Role/"+o.Name] = true
 		case *rbacv1.ClusterRoleBinding:
@@ -84,8 +86,8 @@ func TestDeployManifestsAgree(t *testing.T) {
 			boundGroups = append(boundGroups, o.Subjects[0].Name)
 		}
 	}
-	if len(boundGroups) != 2 || boundGroups[0] != boundGroups[1] {
-		t.Fatalf("rbac.yaml binds %v, want one group twice", boundGroups)
+	if len(boundGroups) != 3 || boundGroups[0] != boundGroups[1] || boundGroups[0] != boundGroups[2] {
+		t.Fatalf("rbac.yaml binds %v, want one group three times", boundGroups)
 	}
 	secret := manifests(t, "bootstrap-token.yaml")[0].(*v1.Secret)
 	id, sec := secret.StringData["token-id"], secret.StringData["token-secret"]

@@ -21,7 +21,7 @@ cluster-binaries:
 # (daemon/node), and the edgegate binary joined to it in the lab (lab/cluster/...). Needs root.
 test-cluster: cluster-binaries
 	@hack/require-root.sh
-	$(GO) test -count=1 -timeout 15m ./daemon/node/... ./lab/cluster/...
+	$(GO) test -count=1 -timeout 15m ./daemon/node/... ./daemon/lb/alloc/... ./lab/cluster/...
 
 cluster-clean:
 	rm -rf out/cluster
