@@ -13,7 +13,7 @@ PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... .
              ./daemon/lb/pool/...
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).
-NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/...
+NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/... ./daemon/lb/announce/...
 
 .PHONY: all build demo demo-netns test test-unit test-netns fuzz vet deps deps-test clean
 
@@ -73,6 +73,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
 	$(GO) test -run '^$$' -fuzz '^FuzzAllocate$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
+	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
 test-netns: build
