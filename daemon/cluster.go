@@ -31,6 +31,7 @@ const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 // and its Lease, and the routes to the other nodes' pods.
 type joined struct {
 	source *cluster.Source
+	client kubernetes.Interface
 	member *node.Member
 	routes *node.Routes
 	table  *route.Kernel
@@ -65,7 +66,7 @@ func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), h
 	if err != nil {
 		return nil, err
 	}
-	j := &joined{table: table, health: health, drains: dr, log: log}
+	j := &joined{table: table, client: client, health: health, drains: dr, log: log}
 	var file *cache.File
 	if cfg.StateDir != "" {
 		file = cache.NewFile(cfg.StateDir)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
+	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 )
@@ -43,6 +44,8 @@ type Config struct {
 	// Conntrack sizes the connection tracking table and sets its timeouts, kube-proxy's
 	// KubeProxyConfiguration.conntrack.
 	Conntrack ConntrackConfiguration `json:"conntrack"`
+	// LoadBalancer announces, and may allocate, LoadBalancer IPs on the site's segment.
+	LoadBalancer LoadBalancerConfiguration `json:"loadBalancer"`
 
 	// The cluster: a kubeconfig, or the API server with a bearer token file and its CA.
 	Kubeconfig   string  `json:"kubeconfig"`
@@ -83,6 +86,28 @@ type ConntrackConfiguration struct {
 	UDPStreamTimeout      Duration `json:"udpStreamTimeout"`
 }
 
+// LoadBalancerConfiguration is the LoadBalancer IP part: the pools, their announcement
+// among the site's gateways, and their allocation to Services.
+type LoadBalancerConfiguration struct {
+	// Announce: answer ARP and NDP for the LoadBalancer IPs this gateway owns among the
+	// gateways on the pools' interfaces.
+	Announce bool `json:"announce"`
+	// Allocate: hand out LoadBalancer IPs from the pools to Services (cluster mode; one
+	// gateway at a time holds the allocator's Lease).
+	Allocate bool `json:"allocate"`
+	// DefaultClass: allocate for Services without spec.loadBalancerClass too, not only for
+	// edgegate's class.
+	DefaultClass bool `json:"defaultClass"`
+	// PoolsFile holds the pools (pools.yaml's format) instead of the cluster's ConfigMap;
+	// standalone mode needs it.
+	PoolsFile         string   `json:"poolsFile"`
+	HeartbeatPort     int      `json:"heartbeatPort"`
+	HeartbeatInterval Duration `json:"heartbeatInterval"`
+	HeartbeatTimeout  Duration `json:"heartbeatTimeout"`
+	// KeyFile holds the site's heartbeat key (HMAC-SHA256); empty: unsigned heartbeats.
+	KeyFile string `json:"keyFile"`
+}
+
 // tuning is the configuration as conntrack.Tune takes it.
 func (c ConntrackConfiguration) tuning() conntrack.Tuning {
 	return conntrack.Tuning{MaxPerCore: c.MaxPerCore, Min: c.Min, TCPEstablished: c.TCPEstablishedTimeout.Duration,
@@ -120,6 +145,8 @@ func defaults() Config {
 		KubeAPIBurst:       cluster.DefaultBurst,
 		StateDir:           "/var/lib/edgegate",
 		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
+		LoadBalancer: LoadBalancerConfiguration{HeartbeatPort: member.DefaultPort,
+			HeartbeatInterval: Duration{member.DefaultInterval}, HeartbeatTimeout: Duration{member.DefaultTimeout}},
 		Conntrack: ConntrackConfiguration{MaxPerCore: conntrack.DefaultTuning.MaxPerCore, Min: conntrack.DefaultTuning.Min,
 			TCPEstablishedTimeout: Duration{conntrack.DefaultTuning.TCPEstablished}, TCPCloseWaitTimeout: Duration{conntrack.DefaultTuning.TCPCloseWait}},
 
@@ -200,6 +227,14 @@ func parseConfig(args []string) (Config, error) {
 	fs.Var(durationFlag{&c.SyncPeriod}, "sync-period", "longest time between syncs")
 	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "shortest time between syncs (changes in between are batched)")
 	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
+	fs.BoolVar(&c.LoadBalancer.Announce, "lb-announce", c.LoadBalancer.Announce, "answer ARP/NDP for the LoadBalancer IPs this gateway owns among the site's gateways")
+	fs.BoolVar(&c.LoadBalancer.Allocate, "lb-allocate", c.LoadBalancer.Allocate, "allocate LoadBalancer IPs from the pools to Services (cluster mode; leader-elected)")
+	fs.BoolVar(&c.LoadBalancer.DefaultClass, "lb-default-class", c.LoadBalancer.DefaultClass, "allocate for Services without spec.loadBalancerClass too")
+	fs.StringVar(&c.LoadBalancer.PoolsFile, "lb-pools-file", c.LoadBalancer.PoolsFile, "LoadBalancer IP pools (pools.yaml format) instead of the cluster's ConfigMap")
+	fs.IntVar(&c.LoadBalancer.HeartbeatPort, "lb-heartbeat-port", c.LoadBalancer.HeartbeatPort, "UDP port of the gateways' heartbeats (multicast "+member.DefaultGroup.String()+")")
+	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatInterval}, "lb-heartbeat-interval", "time between heartbeats")
+	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatTimeout}, "lb-heartbeat-timeout", "silence after which a gateway's LoadBalancer IPs move to the others")
+	fs.StringVar(&c.LoadBalancer.KeyFile, "lb-key-file", c.LoadBalancer.KeyFile, "file with the site's heartbeat key (signs heartbeats); empty: unsigned")
 	fs.IntVar(&c.Conntrack.MaxPerCore, "conntrack-max-per-core", c.Conntrack.MaxPerCore, "connection tracking entries per CPU (nf_conntrack_max, raised, never lowered); 0 leaves the table size alone")
 	fs.IntVar(&c.Conntrack.Min, "conntrack-min", c.Conntrack.Min, "least nf_conntrack_max, whatever the CPUs")
 	fs.Var(durationFlag{&c.Conntrack.TCPEstablishedTimeout}, "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
@@ -294,6 +329,7 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
 		}
 	}
+	errs = append(errs, c.validLoadBalancer()...)
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		errs = append(errs, fmt.Errorf("--masquerade-bit: %d is not in 0-31", c.MasqueradeBit))
 	}
@@ -307,6 +343,26 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// validLoadBalancer checks the LoadBalancer IP settings together.
+func (c *Config) validLoadBalancer() []error {
+	lb, cluster := c.LoadBalancer, c.clusterConfig().Enabled()
+	var errs []error
+	if lb.Allocate && !cluster {
+		errs = append(errs, errors.New("--lb-allocate (loadBalancer.allocate): allocation writes Service status, it needs a cluster (--api-server or --kubeconfig)"))
+	}
+	if lb.Announce && !cluster && lb.PoolsFile == "" {
+		errs = append(errs, errors.New("--lb-announce (loadBalancer.announce): without a cluster the pools come from --lb-pools-file, which is not set"))
+	}
+	if lb.HeartbeatPort < 1 || lb.HeartbeatPort > 65535 {
+		errs = append(errs, fmt.Errorf("--lb-heartbeat-port (loadBalancer.heartbeatPort): %d is not in 1-65535", lb.HeartbeatPort))
+	}
+	if lb.HeartbeatInterval.Duration <= 0 || lb.HeartbeatTimeout.Duration < 2*lb.HeartbeatInterval.Duration {
+		errs = append(errs, fmt.Errorf("--lb-heartbeat-timeout (loadBalancer.heartbeatTimeout): %v must be at least two heartbeat intervals (%v)",
+			lb.HeartbeatTimeout.Duration, lb.HeartbeatInterval.Duration))
+	}
+	return errs
 }
 
 // NodePort range: the dashboard must not take a port a Service may be given.

@@ -150,3 +150,37 @@ func TestConntrackConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadBalancerConfig: the LoadBalancer IP settings, their defaults, and the
+// combinations that cannot work refused by name.
+func TestLoadBalancerConfig(t *testing.T) {
+	c, err := parseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb := c.LoadBalancer; lb.Announce || lb.Allocate || lb.HeartbeatPort != 7480 || lb.HeartbeatInterval.Duration != 100*time.Millisecond ||
+		lb.HeartbeatTimeout.Duration != 400*time.Millisecond {
+		t.Errorf("defaults: %+v", lb)
+	}
+	file := writeFile(t, "loadBalancer:\n  announce: true\n  poolsFile: /etc/edgegate/pools.yaml\n  heartbeatTimeout: 1s\n")
+	c, err = parseConfig([]string{"--config", file, "--lb-heartbeat-port", "7999"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb := c.LoadBalancer; !lb.Announce || lb.PoolsFile != "/etc/edgegate/pools.yaml" || lb.HeartbeatTimeout.Duration != time.Second || lb.HeartbeatPort != 7999 {
+		t.Errorf("file and flags: %+v", lb)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lb-allocate"}, "--lb-allocate (loadBalancer.allocate)"},
+		{[]string{"--lb-announce"}, "--lb-pools-file"},
+		{[]string{"--lb-heartbeat-port", "0"}, "--lb-heartbeat-port"},
+		{[]string{"--lb-heartbeat-interval", "300ms"}, "--lb-heartbeat-timeout"},
+	} {
+		if _, err := parseConfig(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}

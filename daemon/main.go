@@ -147,6 +147,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	m := metrics.New()
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	dr := newDrains(health.SetDraining)
+	lbs, err := newLoadBalancer(cfg.LoadBalancer, pc.NodeName, log)
+	if err != nil {
+		return err
+	}
+	if lbs != nil && lbs.group != nil {
+		// A draining gateway hands its LoadBalancer IPs to its peers first.
+		dr.follow(lbs.group.SetDraining)
+	}
 	if dash != nil {
 		dr.changed = dash.ShowDrain
 		dash.OnDrain(func(on bool) bool { return dr.set(drainOperator, on) })
@@ -175,6 +183,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		HealthCheck: hc, Log: log.With("component", "proxy"), Config: pc,
 		Families: families, FullSyncPeriod: cfg.FullSyncPeriod.Duration, Now: time.Now,
 	}
+	if lbs != nil {
+		p.Programmed = lbs.programmed
+	}
 	var r *runner.Runner
 	var cl *joined // nil when standalone
 	var tuned sync.Once
@@ -202,6 +213,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 			return err
 		}
 		defer cl.close()
+		if lbs != nil {
+			if err := lbs.attach(cl.client); err != nil {
+				return err
+			}
+		}
 		if dash != nil {
 			dash.WatchCluster(func() dashboard.ClusterLink {
 				lk, st := cl.source.Link(), cl.member.Status()
@@ -232,6 +248,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 	if dash != nil {
 		start("dashboard", func() error { dash.Start(ctx, cfg.DashboardBindAddress); return nil })
+	}
+	if lbs != nil {
+		for name, fn := range lbs.components() {
+			start(name, func() error { return fn(ctx) })
+		}
 	}
 	health.Updated(time.Now())
 	switch {

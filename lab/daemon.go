@@ -109,6 +109,13 @@ func (d *Daemon) LogLine(texts ...string) (string, bool) {
 // the test log, waits until /healthz answers 200 and the first sync is done, and registers Stop with t.Cleanup.
 func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 	t.Helper()
+	return l.Gateway.StartDaemon(t, args...)
+}
+
+// StartDaemon starts edgegate with args inside h's namespace, as Lab.StartDaemon does in
+// the gateway's.
+func (h *Host) StartDaemon(t testing.TB, args ...string) *Daemon {
+	t.Helper()
 	bin := DaemonBinary(t)
 	args = args[:len(args):len(args)]
 	if _, set := flagValue(args, "state-dir"); !set {
@@ -133,8 +140,12 @@ func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 		t.Fatalf("start edgegate: %v", err)
 	}
 	cmd.Stdout = cmd.Stderr
-	if err := l.Gateway.Start(cmd); err != nil {
+	if err := h.Start(cmd); err != nil {
 		t.Fatalf("start edgegate: %v", err)
+	}
+	who := "edgegate"
+	if h.Name != "gateway" {
+		who = "edgegate on " + h.Name
 	}
 	d := &Daemon{PID: cmd.Process.Pid, metricsURL: metricsURL(args), cmd: cmd, logDone: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
@@ -145,7 +156,7 @@ func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 			d.mu.Lock()
 			d.logs = append(d.logs, sc.Text())
 			d.mu.Unlock()
-			t.Logf("edgegate: %s", sc.Text())
+			t.Logf("%s: %s", who, sc.Text())
 		}
 	}()
 	go func() {
@@ -155,11 +166,11 @@ func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
 	}()
 	t.Cleanup(func() { d.Stop(t) })
 	t.Logf("started edgegate (pid %d): %s %s", d.PID, bin, strings.Join(args, " "))
-	d.waitHealthy(t, l)
+	d.waitHealthy(t, h)
 	return d
 }
 
-func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
+func (d *Daemon) waitHealthy(t testing.TB, h *Host) {
 	t.Helper()
 	deadline := time.Now().Add(healthyWithin)
 	last := "no answer yet"
@@ -169,8 +180,8 @@ func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
 			t.Fatalf("edgegate exited before it was healthy: %v", d.waitErr)
 		default:
 		}
-		code, body, err := l.Gateway.Fetch(HealthzURL)
-		if err == nil && code == 200 && d.synced(l) {
+		code, body, err := h.Fetch(HealthzURL)
+		if err == nil && code == 200 && d.synced(h) {
 			return
 		}
 		if err != nil {
@@ -189,11 +200,11 @@ func (d *Daemon) waitHealthy(t testing.TB, l *Lab) {
 // synced once healthy. Metrics that do not answer yet mean not synced yet: the metrics
 // server may start after healthz, and a test must not run before the first sync (it would
 // see the previous daemon's rules half removed).
-func (d *Daemon) synced(l *Lab) bool {
+func (d *Daemon) synced(h *Host) bool {
 	if d.metricsURL == "" {
 		return true
 	}
-	code, body, err := l.Gateway.Fetch(d.metricsURL)
+	code, body, err := h.Fetch(d.metricsURL)
 	if err != nil || code != 200 {
 		return false
 	}
@@ -277,6 +288,20 @@ func (d *Daemon) Exited() (bool, error) {
 	default:
 		return false, nil
 	}
+}
+
+// Kill ends the daemon at once with SIGKILL, as a crash or a power cut would: it cleans
+// nothing up. It returns when the process is gone.
+func (d *Daemon) Kill(t testing.TB) {
+	t.Helper()
+	if d.stopped {
+		return
+	}
+	d.stopped = true
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Errorf("kill edgegate (pid %d): %v", d.PID, err)
+	}
+	<-d.exited
 }
 
 // Stop ends the daemon: SIGTERM, then SIGKILL after 5s. A daemon that had already exited

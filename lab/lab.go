@@ -134,29 +134,7 @@ func New(t testing.TB, opts Options) *Lab {
 		h.ns = netns.None() // not open yet: remove must not close descriptor 0
 		h.lab = l
 	}
-	t.Cleanup(func() { l.remove(t) })
-
-	for i, h := range l.Hosts() {
-		ns, err := newNamespace(h.NS)
-		if err != nil {
-			if i == 0 {
-				// The first namespace is where missing privileges (a container without
-				// CAP_SYS_ADMIN) show up: treat it like a missing prerequisite.
-				cannotBuild(t, err.Error())
-			}
-			t.Fatal(err)
-		}
-		h.ns = ns
-	}
-	if err := l.wire(); err != nil {
-		t.Fatalf("build lab: %v", err)
-	}
-	if err := waitLinksUp(l.Hosts()); err != nil {
-		t.Fatalf("build lab: %v", err)
-	}
-	for _, b := range l.Backends {
-		startBackend(t, b)
-	}
+	buildHosts(t, "lab", l.Hosts(), l.wire, l.Backends)
 	t.Logf("lab %s*: gateway %s, clients %s %s, backends %s %s %s",
 		base, l.Gateway.NS, l.Client.NS, l.Client2.NS, l.Backends[0].NS, l.Backends[1].NS, l.Backends[2].NS)
 	return l
@@ -178,18 +156,46 @@ func cannotBuild(t testing.TB, reason string) {
 	t.Skipf("cannot build lab: %s", reason)
 }
 
-// remove deletes every namespace this lab created. Deleting a namespace destroys its links,
+// buildHosts creates the namespaces of hosts (their removal registered with t.Cleanup
+// first), wires them, waits until every link is up and starts the backends.
+func buildHosts(t testing.TB, what string, hosts []*Host, wire func() error, backends []*Host) {
+	t.Helper()
+	t.Cleanup(func() { removeHosts(t, what, hosts) })
+	for i, h := range hosts {
+		ns, err := newNamespace(h.NS)
+		if err != nil {
+			if i == 0 {
+				// The first namespace is where missing privileges (a container without
+				// CAP_SYS_ADMIN) show up: treat it like a missing prerequisite.
+				cannotBuild(t, err.Error())
+			}
+			t.Fatal(err)
+		}
+		h.ns = ns
+	}
+	if err := wire(); err != nil {
+		t.Fatalf("build %s: %v", what, err)
+	}
+	if err := waitLinksUp(hosts); err != nil {
+		t.Fatalf("build %s: %v", what, err)
+	}
+	for _, b := range backends {
+		startBackend(t, b)
+	}
+}
+
+// removeHosts deletes every namespace of hosts. Deleting a namespace destroys its links,
 // their veth peers, and every rule and conntrack entry in it.
-func (l *Lab) remove(t testing.TB) {
+func removeHosts(t testing.TB, what string, hosts []*Host) {
 	var errs []error
-	for _, h := range l.Hosts() {
+	for _, h := range hosts {
 		if h.ns.IsOpen() {
 			_ = h.ns.Close()
 		}
 		errs = append(errs, deleteNamespace(h.NS))
 	}
 	if err := errors.Join(errs...); err != nil {
-		t.Errorf("remove lab: %v", err)
+		t.Errorf("remove %s: %v", what, err)
 	}
 }
 

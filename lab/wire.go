@@ -140,12 +140,16 @@ func (n *links) up(name string) {
 }
 
 // veth creates a veth pair: name here, eth0 in peer's namespace.
-func (n *links) veth(name string, peer *Host) {
+func (n *links) veth(name string, peer *Host) { _ = n.vethNamed(name, peer, "eth0") }
+
+// vethNamed creates a veth pair: name here, peerName in peer's namespace.
+func (n *links) vethNamed(name string, peer *Host, peerName string) error {
 	if n.err != nil {
-		return
+		return n.err
 	}
-	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(peer.ns))}
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peerName, PeerNamespace: netlink.NsFd(int(peer.ns))}
 	n.fail("veth "+name+" to "+peer.Name, n.nl.LinkAdd(v))
+	return n.err
 }
 
 func (n *links) bridge(name string) {

@@ -40,6 +40,9 @@ type Proxier struct {
 	// FullSyncPeriod bounds the time between full syncs, which repair rules changed by hand.
 	FullSyncPeriod time.Duration
 	Now            func() time.Time
+	// Programmed, if set, is told each snapshot once the kernel holds it (the LoadBalancer
+	// IPs to announce follow what is programmed, never what is merely wanted).
+	Programmed func(*model.Snapshot)
 
 	mu       sync.Mutex
 	lastFull time.Time
@@ -112,6 +115,9 @@ func (p *Proxier) Sync() error {
 	p.observeProgramming(snap, changes, end)
 	p.cleanConntrack(snap, changes, res.Full)
 	p.syncHealthChecks(snap)
+	if p.Programmed != nil {
+		p.Programmed(snap)
+	}
 	level := slog.LevelDebug
 	if res.Full {
 		level = slog.LevelInfo

@@ -107,8 +107,13 @@ func TestFailedSyncKeepsRulesAndRetriesFull(t *testing.T) {
 	if f.p.Health.IsHealthy() {
 		t.Error("healthz stays healthy while a queued change cannot be programmed")
 	}
+	var told []uint64
+	f.p.Programmed = func(s *model.Snapshot) { told = append(told, s.Generation) }
 	if err := f.p.Sync(); err != nil {
 		t.Fatalf("retry: %v", err)
+	}
+	if len(told) != 1 {
+		t.Errorf("Programmed told of %d snapshots after the successful retry, want 1 (and none of the failed sync)", len(told))
 	}
 	if last := f.rules.Applies[len(f.rules.Applies)-1]; !last.Full {
 		t.Errorf("the retry after a failure was not a full sync: %+v", last)

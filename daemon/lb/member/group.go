@@ -72,6 +72,7 @@ type Group struct {
 	view    *View
 	seq     uint64
 	joined  map[string]*net.Interface
+	linkUp  map[string]bool // the joined interfaces' carrier at the last check
 	members []string
 	bad     int // datagrams refused (unsigned, wrong key, malformed)
 }
@@ -136,8 +137,9 @@ func Open(cfg Config) (*Group, error) {
 		dst:  &net.UDPAddr{IP: cfg.Group.AsSlice(), Port: cfg.Port},
 		wake: make(chan struct{}, 1), notif: make(chan struct{}, 1),
 		view:   NewView(cfg.Name, cfg.Timeout, cfg.LeaseFresh, now),
-		joined: map[string]*net.Interface{},
+		joined: map[string]*net.Interface{}, linkUp: map[string]bool{},
 	}
+	g.view.Handover = 2 * cfg.Interval
 	g.join()
 	return g, nil
 }
@@ -154,13 +156,29 @@ func (g *Group) join() {
 		}
 		a := link.Attrs()
 		ifi := &net.Interface{Index: a.Index, MTU: a.MTU, Name: a.Name, HardwareAddr: a.HardwareAddr, Flags: a.Flags}
-		if err := g.pc.JoinGroup(ifi, &net.UDPAddr{IP: g.cfg.Group.AsSlice()}); err != nil {
+		// EADDRINUSE: joined before, dropped by SetInterfaces, wanted again.
+		if err := g.pc.JoinGroup(ifi, &net.UDPAddr{IP: g.cfg.Group.AsSlice()}); err != nil && !errors.Is(err, unix.EADDRINUSE) {
 			g.cfg.Log.Warn("heartbeats: cannot join the group on the interface", "interface", name, "group", g.cfg.Group, "err", err)
 			continue
 		}
 		g.joined[name] = ifi
 		g.cfg.Log.Info("heartbeats: listening", "interface", name, "group", g.cfg.Group, "port", g.cfg.Port)
 	}
+}
+
+// SetInterfaces replaces the interfaces heartbeats go out on (the pools changed). New ones
+// are joined at once; on dropped ones nothing is sent any more (the socket stays in the
+// group there, which only means peers there are still heard).
+func (g *Group) SetInterfaces(names []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cfg.Interfaces = slices.Clone(names)
+	for name := range g.joined {
+		if !slices.Contains(names, name) {
+			delete(g.joined, name)
+		}
+	}
+	g.join()
 }
 
 // Run sends heartbeats every Interval, hears the peers' and recomputes the members every
@@ -189,6 +207,7 @@ func (g *Group) Run(ctx context.Context) error {
 		case <-g.wake:
 			g.send()
 		case <-check.C:
+			g.checkLinks()
 			g.recompute()
 		case <-rejoin.C:
 			g.mu.Lock()
@@ -202,7 +221,7 @@ func (g *Group) Run(ctx context.Context) error {
 func (g *Group) send() {
 	g.mu.Lock()
 	g.seq++
-	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.inc, Seq: g.seq, Draining: g.view.Draining()}
+	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.inc, Seq: g.seq, Draining: g.view.Draining(), Listening: g.view.Listening(g.cfg.Now())}
 	ifaces := make([]*net.Interface, 0, len(g.joined))
 	for _, name := range slices.Sorted(maps.Keys(g.joined)) {
 		ifaces = append(ifaces, g.joined[name])
@@ -243,13 +262,44 @@ func (g *Group) receive() {
 	}
 }
 
+// checkLinks follows the carrier of the heartbeat interfaces: with every one down this
+// gateway is isolated; a link coming back makes it listen again before it claims.
+func (g *Group) checkLinks() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	anyUp, cameBack := len(g.joined) == 0, false
+	for name := range g.joined {
+		link, err := g.nl.LinkByName(name)
+		up := err == nil && (link.Attrs().OperState == netlink.OperUp ||
+			link.Attrs().OperState == netlink.OperUnknown && link.Attrs().Flags&net.FlagUp != 0)
+		if was, known := g.linkUp[name]; known && !was && up {
+			cameBack = true
+			g.cfg.Log.Info("heartbeats: link back; listening before claiming", "interface", name)
+		}
+		g.linkUp[name] = up
+		anyUp = anyUp || up
+	}
+	g.view.SetIsolated(!anyUp)
+	if cameBack {
+		g.view.Relisten(g.cfg.Now())
+	}
+}
+
 // recompute derives the members and signals Changed when they differ.
 func (g *Group) recompute() {
 	g.mu.Lock()
 	m := g.view.Members(g.cfg.Now(), g.cfg.Leases)
 	same := slices.Equal(m, g.members)
+	selfChanged := slices.Contains(m, g.cfg.Name) != slices.Contains(g.members, g.cfg.Name)
 	g.members = m
 	g.mu.Unlock()
+	if selfChanged {
+		// This gateway starts (or stops) claiming: tell the peers now, not at the next tick.
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}
 	if !same {
 		g.cfg.Log.Info("gateways on the segment", "members", strings.Join(m, ","))
 		select {
@@ -273,7 +323,7 @@ func (g *Group) Changed() <-chan struct{} { return g.notif }
 // heartbeat, sent at once, tells the peers, and this gateway owns nothing meanwhile.
 func (g *Group) SetDraining(d bool) {
 	g.mu.Lock()
-	g.view.SetDraining(d)
+	g.view.SetDraining(d, g.cfg.Now())
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:

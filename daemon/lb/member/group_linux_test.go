@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -172,6 +173,19 @@ func TestGroupInterfaceLater(t *testing.T) {
 				t.Fatalf("late0 not joined; interfaces %v", ifs)
 			}
 		}
-		_ = b
+		joined := func() []string {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return slices.Sorted(maps.Keys(a.joined))
+		}
+		a.SetInterfaces([]string{"hb0"})
+		if j := joined(); !slices.Equal(j, []string{"hb0"}) {
+			t.Errorf("after dropping late0: sending on %v", j)
+		}
+		a.SetInterfaces([]string{"hb0", "late0"}) // the socket is still in the group there
+		if j := joined(); !slices.Equal(j, []string{"hb0", "late0"}) {
+			t.Errorf("after taking late0 back: sending on %v", j)
+		}
+		waitMembers(t, b, "gw-a", "gw-b")
 	})
 }

@@ -19,6 +19,11 @@ type Heartbeat struct {
 	Seq         uint64 `json:"seq"`
 	// Draining: the sender is handing its addresses over and must not be given any.
 	Draining bool `json:"draining,omitempty"`
+	// Listening: the sender has just started and listens for its peers before it claims
+	// anything; it is given addresses only once it says it is done, the moment it starts
+	// answering for them, so that a restarted gateway takes its addresses back without a
+	// gap and without two gateways answering.
+	Listening bool `json:"listening,omitempty"`
 }
 
 // LeaseView reports when this gateway last saw a peer's node Lease renewed, on its own
@@ -34,8 +39,16 @@ type View struct {
 	Timeout time.Duration
 	// LeaseFresh: a Lease seen renewed within it counts as a live peer's.
 	LeaseFresh time.Duration
+	// Handover is how long this gateway waits, after telling its peers it is ready (at
+	// the end of its listening, or of a drain), before it claims anything: the peer that
+	// holds its addresses meanwhile lets them go as soon as it hears, so that no address
+	// is ever answered by both. Addresses of a dead peer are not delayed: its silence,
+	// not this gateway's readiness, moves them.
+	Handover time.Duration
 
 	started  time.Time
+	claimAt  time.Time // not before this (Handover after the last readiness)
+	isolated bool      // every heartbeat interface is down
 	draining bool
 	peers    map[string]*peerState
 }
@@ -66,16 +79,35 @@ func (v *View) Heard(h Heartbeat, at time.Time) bool {
 	if h.Incarnation < p.hb.Incarnation || h.Incarnation == p.hb.Incarnation && h.Seq <= p.hb.Seq {
 		return false // late or replayed
 	}
-	changed := h.Incarnation != p.hb.Incarnation || h.Draining != p.hb.Draining || at.Sub(p.heard) > v.Timeout
+	changed := h.Incarnation != p.hb.Incarnation || h.Draining != p.hb.Draining || h.Listening != p.hb.Listening || at.Sub(p.heard) > v.Timeout
 	p.hb, p.heard = h, at
 	return changed
 }
 
-// SetDraining marks this gateway as handing its addresses over: it owns nothing from now.
-func (v *View) SetDraining(d bool) { v.draining = d }
+// SetDraining marks this gateway as handing its addresses over (it owns nothing from
+// now), or as serving again at now (it claims again Handover later).
+func (v *View) SetDraining(d bool, now time.Time) {
+	if v.draining && !d {
+		v.claimAt = now.Add(v.Handover)
+	}
+	v.draining = d
+}
 
 // Draining reports whether this gateway drains.
 func (v *View) Draining() bool { return v.draining }
+
+// SetIsolated records whether every interface heartbeats go out on is down: an isolated
+// gateway claims nothing (it could not answer anyway), and when a link comes back it
+// listens again before it claims (Relisten), so that a healed segment never has two
+// gateways answering for one address.
+func (v *View) SetIsolated(isolated bool) { v.isolated = isolated }
+
+// Relisten starts the listening anew at now: a link of this gateway came back, and the
+// peers that served its addresses meanwhile keep them until it is ready.
+func (v *View) Relisten(now time.Time) { v.started = now }
+
+// Listening reports whether this gateway still listens for its peers at now.
+func (v *View) Listening(now time.Time) bool { return now.Sub(v.started) < v.Timeout }
 
 // Members returns the gateways that own addresses now, sorted: this one (unless it drains
 // or is still listening after its start), every peer heard within Timeout that does not
@@ -84,12 +116,12 @@ func (v *View) Draining() bool { return v.draining }
 // keeps both sides computing the same owners. leases may be nil (no cluster).
 func (v *View) Members(now time.Time, leases LeaseView) []string {
 	var out []string
-	if !v.draining && now.Sub(v.started) >= v.Timeout {
+	if !v.draining && !v.isolated && !v.Listening(now) && !now.Before(v.started.Add(v.Timeout+v.Handover)) && !now.Before(v.claimAt) {
 		out = append(out, v.Self)
 	}
 	for _, name := range slices.Sorted(maps.Keys(v.peers)) {
 		p := v.peers[name]
-		if p.hb.Draining {
+		if p.hb.Draining || p.hb.Listening {
 			continue
 		}
 		if now.Sub(p.heard) <= v.Timeout || v.partitioned(name, p, now, leases) {

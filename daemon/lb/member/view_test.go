@@ -18,9 +18,20 @@ func TestViewListensBeforeItClaims(t *testing.T) {
 	if m := v.Members(t0.Add(ms(100)), nil); len(m) != 0 {
 		t.Errorf("members while still listening: %v, want none", m)
 	}
+	// A peer still listening is not given anything either, until it says it is done.
+	v.Heard(Heartbeat{Name: "gw-c", Incarnation: 1, Seq: 1, Listening: true}, t0.Add(ms(120)))
+	if m := v.Members(t0.Add(ms(400)), nil); slices.Contains(m, "gw-c") {
+		t.Errorf("a listening peer is a member: %v", m)
+	}
+	if !v.Heard(Heartbeat{Name: "gw-c", Incarnation: 1, Seq: 2}, t0.Add(ms(420))) {
+		t.Error("a peer done listening did not change the view")
+	}
+	if m := v.Members(t0.Add(ms(420)), nil); !slices.Equal(m, []string{"gw-a", "gw-c"}) {
+		t.Errorf("members %v, want gw-a and gw-c", m)
+	}
 	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 1}, t0.Add(ms(150)))
-	if m := v.Members(t0.Add(ms(400)), nil); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
-		t.Errorf("members %v, want gw-a and gw-b", m)
+	if m := v.Members(t0.Add(ms(420)), nil); !slices.Equal(m, []string{"gw-a", "gw-b", "gw-c"}) {
+		t.Errorf("members %v, want gw-a, gw-b and gw-c", m)
 	}
 }
 
@@ -66,7 +77,7 @@ func TestViewDraining(t *testing.T) {
 	if m := v.Members(t0.Add(ms(500)), nil); !slices.Equal(m, []string{"gw-a"}) {
 		t.Errorf("members %v, want gw-a alone while gw-b drains", m)
 	}
-	v.SetDraining(true)
+	v.SetDraining(true, t0.Add(ms(500)))
 	if m := v.Members(t0.Add(ms(500)), nil); len(m) != 0 {
 		t.Errorf("members %v while both drain, want none", m)
 	}
@@ -122,5 +133,56 @@ func TestLeaseWatchSeesRenewals(t *testing.T) {
 	w.Forget("gw-b")
 	if _, ok := w.View("gw-b"); ok {
 		t.Error("a deleted Lease is still seen")
+	}
+}
+
+// TestViewHandover: with a handover delay, a gateway says it is ready (done listening, or
+// done draining) at once but claims only after the delay, so that the peer holding its
+// addresses lets them go first.
+func TestViewHandover(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	v.Handover = ms(200)
+	if v.Listening(t0.Add(ms(400))) {
+		t.Error("still listening after the timeout")
+	}
+	if m := v.Members(t0.Add(ms(599)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims before the handover delay: %v", m)
+	}
+	if m := v.Members(t0.Add(ms(600)), nil); !slices.Contains(m, "gw-a") {
+		t.Errorf("does not claim after the handover delay: %v", m)
+	}
+	v.SetDraining(true, t0.Add(ms(1000)))
+	v.SetDraining(false, t0.Add(ms(2000)))
+	if m := v.Members(t0.Add(ms(2100)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims again before the handover delay after a drain: %v", m)
+	}
+	if m := v.Members(t0.Add(ms(2200)), nil); !slices.Contains(m, "gw-a") {
+		t.Errorf("does not claim again after a drain: %v", m)
+	}
+}
+
+// TestViewIsolatedAndRelisten: an isolated gateway claims nothing; after Relisten it
+// listens (and says so) for Timeout, then waits Handover, before it claims again.
+func TestViewIsolatedAndRelisten(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	v.Handover = ms(200)
+	now := t0.Add(time.Second)
+	if m := v.Members(now, nil); !slices.Contains(m, "gw-a") {
+		t.Fatalf("members %v", m)
+	}
+	v.SetIsolated(true)
+	if m := v.Members(now, nil); slices.Contains(m, "gw-a") {
+		t.Errorf("an isolated gateway claims: %v", m)
+	}
+	v.SetIsolated(false)
+	v.Relisten(now)
+	if !v.Listening(now.Add(ms(399))) || v.Listening(now.Add(ms(400))) {
+		t.Error("Relisten does not listen for Timeout")
+	}
+	if m := v.Members(now.Add(ms(599)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims %v after a relisten, before Timeout+Handover", m)
+	}
+	if m := v.Members(now.Add(ms(600)), nil); !slices.Contains(m, "gw-a") {
+		t.Errorf("does not claim after Timeout+Handover: %v", m)
 	}
 }

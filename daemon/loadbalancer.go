@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/edgegate/edgegate/daemon/lb"
+	"github.com/edgegate/edgegate/daemon/lb/alloc"
+	"github.com/edgegate/edgegate/daemon/lb/announce"
+	"github.com/edgegate/edgegate/daemon/lb/member"
+	"github.com/edgegate/edgegate/daemon/lb/pool"
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// loadBalancer runs the LoadBalancer IP parts the configuration asks for: the pools (a file
+// or the cluster's ConfigMap), the gateways' membership on the pools' interfaces, the
+// speaker and its ARP/NDP announcer, and in a cluster the node Leases that settle partitions
+// and the leader-elected allocator.
+type loadBalancer struct {
+	cfg  LoadBalancerConfiguration
+	node string
+	log  *slog.Logger
+
+	filePools *pool.Pools    // --lb-pools-file; nil: the cluster's ConfigMap
+	watcher   *alloc.Watcher // the ConfigMap; nil with a file
+	group     *member.Group
+	announcer *announce.Announcer
+	speaker   *lb.Speaker
+	leases    *member.LeaseWatch // nil without a cluster
+	allocator *alloc.Controller  // nil unless --lb-allocate
+	client    kubernetes.Interface
+
+	mu   sync.Mutex
+	snap *model.Snapshot // last programmed
+}
+
+// newLoadBalancer opens what announcing needs (sockets belong to this namespace) and reads
+// the pools file; nil when neither announcing nor allocating is asked for.
+func newLoadBalancer(cfg LoadBalancerConfiguration, node string, log *slog.Logger) (*loadBalancer, error) {
+	if !cfg.Announce && !cfg.Allocate {
+		return nil, nil
+	}
+	l := &loadBalancer{cfg: cfg, node: node, log: log.With("component", "loadbalancer")}
+	if cfg.PoolsFile != "" {
+		b, err := os.ReadFile(cfg.PoolsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--lb-pools-file: %w", err)
+		}
+		p, err := pool.Parse(b)
+		if err != nil {
+			return nil, fmt.Errorf("--lb-pools-file %s: %w", cfg.PoolsFile, err)
+		}
+		l.filePools = &p
+		l.log.Info("LoadBalancer IP pools", "file", cfg.PoolsFile, "pools", p.String())
+	}
+	if !cfg.Announce {
+		return l, nil
+	}
+	var key []byte
+	if cfg.KeyFile != "" {
+		b, err := os.ReadFile(cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--lb-key-file: %w", err)
+		}
+		if key = []byte(strings.TrimSpace(string(b))); len(key) < 16 {
+			return nil, fmt.Errorf("--lb-key-file %s: the key has %d bytes, want at least 16", cfg.KeyFile, len(key))
+		}
+	}
+	var err error
+	if l.announcer, err = announce.New(l.log.With("part", "announce")); err != nil {
+		return nil, err
+	}
+	l.group, err = member.Open(member.Config{
+		Name: node, Interfaces: l.interfaces(), Port: cfg.HeartbeatPort, Interval: cfg.HeartbeatInterval.Duration,
+		Timeout: cfg.HeartbeatTimeout.Duration, Key: key, Leases: l.leaseView, Log: l.log.With("part", "members"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.speaker = lb.NewSpeaker(node, l.group, l.announcer, l.log.With("part", "speaker"))
+	return l, nil
+}
+
+// attach joins the cluster's parts: the pools ConfigMap (unless a file gives the pools),
+// the node Leases, the allocator.
+func (l *loadBalancer) attach(client kubernetes.Interface) error {
+	l.client = client
+	if l.filePools == nil {
+		l.watcher = alloc.NewWatcher(client, alloc.WatcherOptions{Log: l.log.With("part", "pools")})
+	}
+	if l.group != nil {
+		l.leases = member.NewLeaseWatch(nil)
+	}
+	if l.cfg.Allocate {
+		if l.watcher == nil {
+			return errors.New("--lb-allocate with --lb-pools-file: the allocator reads the cluster's pools ConfigMap; drop the file")
+		}
+		var err error
+		l.allocator, err = alloc.New(alloc.Options{Client: client, Identity: l.node, DefaultClass: l.cfg.DefaultClass,
+			Pools: l.watcher, Log: l.log.With("part", "allocator")})
+		return err
+	}
+	return nil
+}
+
+// leaseView is member's LeaseView over the node Leases, none without a cluster.
+func (l *loadBalancer) leaseView(name string) (observed time.Time, ok bool) {
+	if l.leases == nil {
+		return observed, false
+	}
+	return l.leases.View(name)
+}
+
+// pools are the pools in force.
+func (l *loadBalancer) pools() pool.Pools {
+	switch {
+	case l.filePools != nil:
+		return *l.filePools
+	case l.watcher != nil:
+		return l.watcher.Pools()
+	}
+	return pool.Pools{}
+}
+
+// interfaces are every pool's interfaces: where heartbeats go.
+func (l *loadBalancer) interfaces() []string {
+	var out []string
+	for _, p := range l.pools().List() {
+		out = append(out, p.Interfaces...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// programmed follows the proxy: the addresses announced are the LoadBalancer IPs the
+// kernel now serves.
+func (l *loadBalancer) programmed(snap *model.Snapshot) {
+	l.mu.Lock()
+	l.snap = snap
+	l.mu.Unlock()
+	l.update()
+}
+
+// update gives the speaker every programmed LoadBalancer IP that a pool holds, with that
+// pool's interfaces. IPs of no pool (another load balancer's, or ipMode Proxy) are not
+// announced.
+func (l *loadBalancer) update() {
+	if l.speaker == nil {
+		return
+	}
+	l.mu.Lock()
+	snap := l.snap
+	l.mu.Unlock()
+	pools := l.pools()
+	addrs := map[netip.Addr][]string{}
+	if snap != nil {
+		for _, sp := range snap.Sorted() {
+			for _, ip := range sp.LoadBalancerIPs {
+				if ifs := pools.Interfaces(ip.Addr); !ip.Proxy && len(ifs) > 0 {
+					addrs[ip.Addr] = ifs
+				}
+			}
+		}
+	}
+	l.group.SetInterfaces(l.interfaces())
+	l.speaker.SetAddresses(addrs)
+}
+
+// components are the long-running parts, for run to start.
+func (l *loadBalancer) components() map[string]func(ctx context.Context) error {
+	c := map[string]func(ctx context.Context) error{}
+	if l.watcher != nil {
+		c["lb-pools"] = func(ctx context.Context) error {
+			var wg sync.WaitGroup
+			wg.Go(func() { l.followPools(ctx) })
+			defer wg.Wait()
+			return l.watcher.Run(ctx)
+		}
+	}
+	if l.allocator != nil {
+		c["lb-allocator"] = l.allocator.Run
+	}
+	if l.group == nil {
+		return c
+	}
+	c["lb-members"] = l.group.Run
+	c["lb-announce"] = l.announcer.Run
+	c["lb-speaker"] = func(ctx context.Context) error { l.speaker.Run(ctx); return nil }
+	if l.leases != nil {
+		c["lb-leases"] = func(ctx context.Context) error { l.leases.Run(ctx, l.client); return nil }
+	}
+	return c
+}
+
+// followPools updates the announcements when the pools ConfigMap changes.
+func (l *loadBalancer) followPools(ctx context.Context) {
+	for {
+		st := l.watcher.State() // the watcher logs a ConfigMap that is not in force
+		l.update()
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.Changed:
+		}
+	}
+}
+
+// status is the dashboard's view.
+func (l *loadBalancer) status() map[string]any {
+	out := map[string]any{"pools": l.pools().String()}
+	if l.speaker != nil {
+		out["speaker"] = l.speaker.Status()
+		peers, refused := l.group.Peers()
+		out["peers"], out["refusedHeartbeats"] = peers, refused
+	}
+	if l.allocator != nil {
+		out["allocating"] = l.allocator.Leading()
+	}
+	return out
+}

@@ -1,0 +1,223 @@
+package lab
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// SitePoolsYAML is the pools file of a site's gateways: the LoadBalancer IP ranges,
+// announced on the front NIC (eth0) only.
+const SitePoolsYAML = `pools:
+- name: site
+  addresses: ["10.210.0.200-10.210.0.219", "fd00:210::200-fd00:210::21f"]
+  interfaces: [eth0]
+`
+
+// Neighbor returns the MAC address h's kernel holds for addr (empty without an entry in
+// a usable state).
+func (h *Host) Neighbor(addr netip.Addr) (string, error) {
+	var mac string
+	err := h.Do(func() error {
+		fam := unix.AF_INET
+		if addr.Is6() {
+			fam = unix.AF_INET6
+		}
+		neighs, err := netlink.NeighList(0, fam)
+		if err != nil {
+			return err
+		}
+		for _, n := range neighs {
+			ip, _ := netip.AddrFromSlice(n.IP)
+			usable := n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT) != 0
+			if ip.Unmap() == addr && usable && len(n.HardwareAddr) > 0 {
+				mac = n.HardwareAddr.String()
+			}
+		}
+		return nil
+	})
+	return mac, err
+}
+
+// MAC returns the hardware address of h's interface name.
+func (h *Host) MAC(name string) (string, error) {
+	var mac string
+	err := h.Do(func() error {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return err
+		}
+		mac = ifi.HardwareAddr.String()
+		return nil
+	})
+	return mac, err
+}
+
+// ARPAnswer is one ARP reply the watch saw for its address.
+type ARPAnswer struct {
+	At  time.Time
+	MAC string
+}
+
+// ARPWatch asks for one IPv4 address from a host every interval (an ARP request of its
+// own, broadcast on the host's eth0) and records every reply naming the address: which
+// gateway answers, and whether two ever answer the same question.
+type ARPWatch struct {
+	target   netip.Addr
+	interval time.Duration
+	fd       int
+	ifindex  int
+	mac      net.HardwareAddr
+	src      netip.Addr
+
+	mu      sync.Mutex
+	sent    []time.Time
+	answers []ARPAnswer
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+// WatchARP starts an ARPWatch in h's namespace; Stop ends it. Requests and replies stay
+// on h's segment.
+func (h *Host) WatchARP(target netip.Addr, interval time.Duration) (*ARPWatch, error) {
+	w := &ARPWatch{target: target, interval: interval, src: h.IPv4, stop: make(chan struct{})}
+	err := h.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		w.ifindex, w.mac = ifi.Index, ifi.HardwareAddr
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+		if err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifi.Index}); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("bind packet socket to eth0: %w", err)
+		}
+		tv := unix.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		w.fd = fd
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: ARP watch: %w", h.Name, err)
+	}
+	w.done.Go(w.ask)
+	w.done.Go(w.listen)
+	return w, nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func (w *ARPWatch) ask() {
+	frame := make([]byte, 42)
+	copy(frame[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(frame[6:12], w.mac)
+	binary.BigEndian.PutUint16(frame[12:], unix.ETH_P_ARP)
+	arp := frame[14:]
+	binary.BigEndian.PutUint16(arp[0:], 1)      // Ethernet
+	binary.BigEndian.PutUint16(arp[2:], 0x0800) // IPv4
+	arp[4], arp[5] = 6, 4
+	binary.BigEndian.PutUint16(arp[6:], 1) // request
+	copy(arp[8:14], w.mac)
+	src, dst := w.src.As4(), w.target.As4()
+	copy(arp[14:18], src[:])
+	copy(arp[24:28], dst[:])
+	to := &unix.SockaddrLinklayer{Ifindex: w.ifindex, Halen: 6, Protocol: htons(unix.ETH_P_ARP)}
+	copy(to.Addr[:], frame[0:6])
+	tick := time.NewTicker(w.interval)
+	defer tick.Stop()
+	for {
+		if err := unix.Sendto(w.fd, frame, 0, to); err == nil {
+			w.mu.Lock()
+			w.sent = append(w.sent, time.Now())
+			w.mu.Unlock()
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (w *ARPWatch) listen() {
+	buf := make([]byte, 1500)
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		n, _, err := unix.Recvfrom(w.fd, buf, 0)
+		if err != nil || n < 42 {
+			continue // timeout: look at stop again
+		}
+		arp := buf[14:n]
+		if binary.BigEndian.Uint16(arp[6:]) != 2 { // replies only
+			continue
+		}
+		spa, _ := netip.AddrFromSlice(arp[14:18])
+		tpa, _ := netip.AddrFromSlice(arp[24:28])
+		if spa != w.target || tpa != w.src {
+			continue // another address, or a gratuitous reply (an announcement, not an answer)
+		}
+		w.mu.Lock()
+		w.answers = append(w.answers, ARPAnswer{At: time.Now(), MAC: net.HardwareAddr(arp[8:14]).String()})
+		w.mu.Unlock()
+	}
+}
+
+// Stop ends the watch.
+func (w *ARPWatch) Stop() {
+	select {
+	case <-w.stop:
+		return
+	default:
+	}
+	close(w.stop)
+	w.done.Wait()
+	unix.Close(w.fd)
+}
+
+// DoubleAnswers lists the questions that two different MACs answered: each request's
+// replies are those that arrived before the next request.
+func (w *ARPWatch) DoubleAnswers() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	ai := 0
+	for i, at := range w.sent {
+		end := time.Now()
+		if i+1 < len(w.sent) {
+			end = w.sent[i+1]
+		}
+		macs := map[string]bool{}
+		for ; ai < len(w.answers) && w.answers[ai].At.Before(end); ai++ {
+			if !w.answers[ai].At.Before(at) {
+				macs[w.answers[ai].MAC] = true
+			}
+		}
+		if len(macs) > 1 {
+			out = append(out, fmt.Sprintf("request at %s answered by %v", at.Format("15:04:05.000"), macs))
+		}
+	}
+	return out
+}
+
+// Answers returns how many requests were sent and how many replies came.
+func (w *ARPWatch) Answers() (requests, replies int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.sent), len(w.answers)
+}
