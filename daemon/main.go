@@ -250,6 +250,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		start("dashboard", func() error { dash.Start(ctx, cfg.DashboardBindAddress); return nil })
 	}
 	if lbs != nil {
+		if dash != nil {
+			dash.WatchLoadBalancer(func() any { return lbs.status() })
+		}
 		for name, fn := range lbs.components() {
 			start(name, func() error { return fn(ctx) })
 		}

@@ -266,8 +266,11 @@ const DashboardURL = "http://127.0.0.1:80/"
 
 // DashboardState reads the state the daemon's dashboard pushes to its pages (GET
 // /api/state, on the default address with DashboardToken) into v.
-func (l *Lab) DashboardState(v any) error {
-	code, body, err := l.Gateway.Fetch(DashboardURL + "api/state?token=" + DashboardToken)
+func (l *Lab) DashboardState(v any) error { return l.Gateway.DashboardState(v) }
+
+// DashboardState reads the state the dashboard of the daemon in h's namespace pushes.
+func (h *Host) DashboardState(v any) error {
+	code, body, err := h.Fetch(DashboardURL + "api/state?token=" + DashboardToken)
 	if err != nil {
 		return fmt.Errorf("dashboard state: %w", err)
 	}

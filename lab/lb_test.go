@@ -70,7 +70,7 @@ func newLBSite(t *testing.T) *lbSite {
 		return []string{"--proxy-mode=nftables", "--manifests", string(dir),
 			"--hostname-override", fmt.Sprintf("gw-%d", i+1), "--node-ip", s.Gateways[i].IPv4.String(),
 			"--healthz-bind-address", "0.0.0.0:10256", "--metrics-bind-address", "127.0.0.1:10249",
-			"--lb-announce", "--lb-pools-file", pools, "--dashboard-bind-address", ""}
+			"--lb-announce", "--lb-pools-file", pools}
 	}
 	for i, g := range s.Gateways {
 		s.daemons = append(s.daemons, g.StartDaemon(t, s.args(i)...))
@@ -187,6 +187,24 @@ func TestLoadBalancerFailover(t *testing.T) {
 	}
 	median, maximum = quantiles(cut)
 	t.Logf("failover after cutting the owner's link, %d cuts: median %v, max %v", cuts, median.Round(time.Millisecond), maximum.Round(time.Millisecond))
+
+	// The dashboards say the same: the owner announces the IP on eth0, the other knows who.
+	eventually(t, 5*time.Second, "the dashboards show the IP's owner", func() (bool, string) {
+		var mine, theirs struct {
+			LoadBalancer struct {
+				Speaker struct {
+					Members []string
+					Owned   map[string][]string
+					Others  map[string]string
+				}
+			}
+		}
+		err1, err2 := s.Gateways[owner].DashboardState(&mine), s.Gateways[1-owner].DashboardState(&theirs)
+		m, o := mine.LoadBalancer.Speaker, theirs.LoadBalancer.Speaker
+		ok := err1 == nil && err2 == nil && slices.Equal(m.Owned[lbIP.String()], []string{"eth0"}) &&
+			o.Others[lbIP.String()] == fmt.Sprintf("gw-%d", owner+1) && slices.Equal(m.Members, []string{"gw-1", "gw-2"})
+		return ok, fmt.Sprintf("owner's %+v (%v), other's %+v (%v)", m, err1, o, err2)
+	})
 
 	watch.Stop()
 	requests, replies := watch.Answers()

@@ -177,7 +177,25 @@ async function drainClicked() {
   }
 }
 
+// LoadBalancer IPs: the gateways on the segment, the addresses this one answers ARP/NDP
+// for (and on which interfaces), and which peer owns each other address.
+function renderLB() {
+  const lb = state.loadBalancer;
+  $("lb-section").hidden = !lb;
+  if (!lb) return;
+  const sp = lb.speaker || {};
+  const rows = [el("tr", {}, el("th", {}, "address"), el("th", {}, "announced by"), el("th", { class: "wide" }, "interfaces"))];
+  for (const [a, ifs] of Object.entries(sp.owned || {})) rows.push(el("tr", { class: "lb-owned", "data-addr": a }, el("td", {}, a), el("td", {}, badge("this gateway", "ok")), el("td", { class: "wide" }, ifs.join(", "))));
+  for (const [a, o] of Object.entries(sp.others || {})) rows.push(el("tr", { "data-addr": a }, el("td", {}, a), el("td", {}, o), el("td", { class: "wide mute" }, "")));
+  const peers = (lb.peers || []).map((p) => `${p.name} ${p.state}${p.draining ? " draining" : ""}`).join(", ") || "none heard";
+  $("lb").replaceChildren(
+    el("p", { class: "mute" }, `members: ${(sp.members || []).join(", ") || "none"} · peers: ${peers}` + (lb.allocating ? " · allocating" : "") + ` · pools: ${lb.pools || "none"}`),
+    ...(sp.error ? [el("p", { class: "error" }, sp.error)] : []),
+    el("table", {}, ...rows));
+}
+
 const renderers = {
+  loadBalancer: renderLB,
   drain: renderDrain, firmware: renderFirmware, cluster: renderCluster, services: renderServices,
   traffic: () => { onTraffic(); renderServices(); }, syncs: renderSyncs, network: renderNetwork, logs: renderLogs,
 };

@@ -24,6 +24,7 @@ const (
 	KeyNetwork  = "network"
 	KeyLogs     = "logs"
 	KeyDrain    = "drain"
+	KeyLB       = "loadBalancer"
 )
 
 // SyncLimit is how many syncs the history keeps.
@@ -160,6 +161,7 @@ type Dashboard struct {
 	lastTrigger map[model.ServicePortName]int64
 	drain       func(on bool) bool
 	drainState  DrainState
+	lb          func() any
 }
 
 // New returns a dashboard; Run starts its samplers, Serve its HTTP server.
@@ -241,6 +243,14 @@ func (d *Dashboard) WatchCluster(fn func() ClusterLink) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.cluster = fn
+}
+
+// WatchLoadBalancer makes the dashboard show what fn reports of the LoadBalancer IPs
+// (sampled): the members, the addresses this gateway announces and who owns the others.
+func (d *Dashboard) WatchLoadBalancer(fn func() any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lb = fn
 }
 
 // Record wraps a dataplane so that every Program call lands in the sync history and every
@@ -341,8 +351,13 @@ func (d *Dashboard) Run(ctx context.Context) {
 	}
 	for {
 		d.mu.Lock()
-		snap, cluster := d.snap, d.cluster
+		snap, cluster, lb := d.snap, d.cluster, d.lb
 		d.mu.Unlock()
+		if lb != nil {
+			if err := d.hub.Set(KeyLB, lb()); err != nil {
+				report("the LoadBalancer IPs", err)
+			}
+		}
 		if d.opts.Traffic != nil && snap != nil {
 			tr, err := d.opts.Traffic.Traffic(snap)
 			report("traffic counters", err)
