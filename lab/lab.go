@@ -201,7 +201,10 @@ func removeHosts(t testing.TB, what string, hosts []*Host) {
 
 // Run runs a program inside h's namespace and returns its combined output. The program
 // is looked up in the test's PATH; it gets cmdTimeout.
-func (l *Lab) Run(h *Host, argv ...string) (string, error) {
+func (l *Lab) Run(h *Host, argv ...string) (string, error) { return h.Run(argv...) }
+
+// Run runs a program inside h's namespace and returns its combined output, as Lab.Run.
+func (h *Host) Run(argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

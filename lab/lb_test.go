@@ -1,8 +1,6 @@
 package lab
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -26,23 +24,6 @@ func siteSlice(svc *v1.Service, family discovery.AddressType, eps []endpoint) *d
 		}
 	}
 	return es
-}
-
-// askOnce opens one new connection from h to addr and asks who answers, within timeout.
-func askOnce(h *Host, addr string, timeout time.Duration) (Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	c, err := h.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return Result{}, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	reply, err := (&HTTPConn{conn: c, r: bufio.NewReader(c)}).Ask()
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Outcome: Answered, Reply: reply}, nil
 }
 
 // lbSite is a site with its gateways' daemons announcing one LoadBalancer IP.
@@ -83,38 +64,21 @@ func newLBSite(t *testing.T) *lbSite {
 	return s
 }
 
-// through waits (bounded) until a new connection from the client to the LoadBalancer IP
-// goes through gateway i (the backend sees i's back address) and the client's neighbour
-// entry for the IP holds i's MAC; it returns when that was first seen.
+// through waits (bounded) until new connections go through gateway i (see Site.Through).
 func (s *lbSite) through(t *testing.T, i int, within time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	var last string
-	for time.Now().Before(deadline) {
-		r, err := askOnce(s.Client, lbAddr, 200*time.Millisecond)
-		at := time.Now()
-		if err == nil && r.Reply.Source == GatewayBackIPv4(i) {
-			mac, err := s.Client.Neighbor(lbIP)
-			if err == nil && mac == s.macs[i] {
-				return at
-			}
-			last = fmt.Sprintf("answered through gateway-%d, but the client's neighbour entry is %q (%v)", i+1, mac, err)
-		} else if err != nil {
-			last = err.Error()
-		} else {
-			last = "answered through " + r.Reply.Source.String()
-		}
-		time.Sleep(10 * time.Millisecond)
+	at, err := s.Through(lbAddr, s.macs, i, within)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("new connections to %s not through gateway-%d within %v: %s", lbAddr, i+1, within, last)
-	return time.Time{}
+	return at
 }
 
 // owner finds which gateway the LoadBalancer IP goes through now.
 func (s *lbSite) owner(t *testing.T) int {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		r, err := askOnce(s.Client, lbAddr, time.Second)
+		r, err := s.Client.AskOnce(lbAddr, time.Second)
 		if err != nil {
 			continue
 		}

@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -192,7 +194,10 @@ func (w *ARPWatch) Stop() {
 
 // DoubleAnswers lists the questions that two different MACs answered: each request's
 // replies are those that arrived before the next request.
-func (w *ARPWatch) DoubleAnswers() []string {
+func (w *ARPWatch) DoubleAnswers() []string { return w.DoubleAnswersSince(time.Time{}) }
+
+// DoubleAnswersSince is DoubleAnswers for the requests sent since from.
+func (w *ARPWatch) DoubleAnswersSince(from time.Time) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
@@ -208,11 +213,24 @@ func (w *ARPWatch) DoubleAnswers() []string {
 				macs[w.answers[ai].MAC] = true
 			}
 		}
-		if len(macs) > 1 {
+		if len(macs) > 1 && !at.Before(from) {
 			out = append(out, fmt.Sprintf("request at %s answered by %v", at.Format("15:04:05.000"), macs))
 		}
 	}
 	return out
+}
+
+// RepliesSince counts the replies that arrived since from.
+func (w *ARPWatch) RepliesSince(from time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, a := range w.answers {
+		if !a.At.Before(from) {
+			n++
+		}
+	}
+	return n
 }
 
 // Answers returns how many requests were sent and how many replies came.
@@ -220,4 +238,49 @@ func (w *ARPWatch) Answers() (requests, replies int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.sent), len(w.answers)
+}
+
+// AskOnce opens one new connection from h to addr and asks who answers, within timeout.
+func (h *Host) AskOnce(addr string, timeout time.Duration) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := h.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	reply, err := (&HTTPConn{conn: c, r: bufio.NewReader(c)}).Ask()
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: Answered, Reply: reply}, nil
+}
+
+// Through waits (bounded by within) until a new connection from the client to addr, a
+// LoadBalancer IP:port on the front segment, goes through gateway i (the backend sees i's
+// back address) and the client's neighbour entry for the IP holds macs[i]; it returns when
+// that was first seen.
+func (s *Site) Through(addr string, macs []string, i int, within time.Duration) (time.Time, error) {
+	ip := netip.MustParseAddrPort(addr).Addr()
+	deadline := time.Now().Add(within)
+	var last string
+	for time.Now().Before(deadline) {
+		r, err := s.Client.AskOnce(addr, 200*time.Millisecond)
+		at := time.Now()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case r.Reply.Source != GatewayBackIPv4(i):
+			last = "answered through " + r.Reply.Source.String()
+		default:
+			mac, err := s.Client.Neighbor(ip)
+			if err == nil && mac == macs[i] {
+				return at, nil
+			}
+			last = fmt.Sprintf("answered through gateway-%d, but the client's neighbour entry is %q (%v)", i+1, mac, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Time{}, fmt.Errorf("new connections to %s not through gateway-%d within %v: %s", addr, i+1, within, last)
 }
