@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -102,7 +103,8 @@ func quantiles(ds []time.Duration) (median, maximum time.Duration) {
 // TestLoadBalancerFailover: two gateways on one segment announce a LoadBalancer IP (ARP),
 // one at a time. Killing the owner's daemon (SIGKILL, 20 times) moves new connections to
 // the other gateway, the client's neighbour entry with them; the restarted gateway takes
-// its IP back. Cutting the owner's link (its switch port down, 5 times) does the same. An
+// its IP back. Cutting the owner's link (its switch port down, 5 times) does the same;
+// draining it through its dashboard hands the IP over at once, serving again takes it back. An
 // ARP watch on the client asks for the IP every 50 ms throughout: no question is ever
 // answered by both gateways.
 func TestLoadBalancerFailover(t *testing.T) {
@@ -152,6 +154,21 @@ func TestLoadBalancerFailover(t *testing.T) {
 	median, maximum = quantiles(cut)
 	t.Logf("failover after cutting the owner's link, %d cuts: median %v, max %v", cuts, median.Round(time.Millisecond), maximum.Round(time.Millisecond))
 
+	// A drain (the dashboard's action, as before maintenance) hands the IP over before the
+	// gateway stops serving; serving again takes it back.
+	other := 1 - owner
+	drainAt := time.Now()
+	if code, err := postDrain(s.Gateways[owner], "1"); err != nil || code != http.StatusOK {
+		t.Fatalf("drain gateway-%d: %d %v", owner+1, code, err)
+	}
+	moved := s.through(t, other, 10*time.Second)
+	if code, err := postDrain(s.Gateways[owner], "0"); err != nil || code != http.StatusOK {
+		t.Fatalf("serve gateway-%d again: %d %v", owner+1, code, err)
+	}
+	back := s.through(t, owner, 10*time.Second)
+	t.Logf("drain: gateway-%d drained, through gateway-%d after %v; serving again, back after %v",
+		owner+1, other+1, moved.Sub(drainAt).Round(time.Millisecond), back.Sub(moved).Round(time.Millisecond))
+
 	// The dashboards say the same: the owner announces the IP on eth0, the other knows who.
 	eventually(t, 5*time.Second, "the dashboards show the IP's owner", func() (bool, string) {
 		var mine, theirs struct {
@@ -176,4 +193,21 @@ func TestLoadBalancerFailover(t *testing.T) {
 	if doubles := watch.DoubleAnswers(); len(doubles) > 0 {
 		t.Errorf("%d questions answered by both gateways:\n%s", len(doubles), strings.Join(doubles, "\n"))
 	}
+}
+
+// postDrain posts the dashboard's drain action (on "1" or "0") to the daemon in h, with the
+// lab's token, from inside h.
+func postDrain(h *Host, on string) (int, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: h.DialContext}}
+	req, err := http.NewRequest(http.MethodPost, DashboardURL+"api/drain?on="+on, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+DashboardToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
