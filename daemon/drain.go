@@ -10,6 +10,7 @@ import (
 const (
 	drainNodeRemoval = "node removal" // the gateway's Node is being deleted or autoscaled away
 	drainOperator    = "operator"     // the dashboard's drain action
+	drainShutdown    = "shutdown"     // the daemon is stopping
 )
 
 // drains joins the reasons a gateway drains into one state: while any holds, /healthz fails

@@ -135,7 +135,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	if err != nil {
 		return err
 	}
-	ctx, stopComponents := context.WithCancel(ctx)
+	// The components outlive the signal by a moment: a stopping gateway first hands its
+	// LoadBalancer IPs over (see the end of run).
+	stop := ctx
+	ctx, stopComponents := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopComponents()
 	families := []model.Family{model.IPv4, model.IPv6}
 	var dash *dashboard.Dashboard // nil when disabled
@@ -287,9 +290,16 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 
 	select {
-	case <-ctx.Done():
-		health.SetDraining(true)
+	case <-stop.Done():
+		// Draining: /healthz fails, the Node turns not ready, and the LoadBalancer IPs go to
+		// the peers, which announce them as soon as they hear; two heartbeats later this
+		// gateway stops answering for good.
+		dr.set(drainShutdown, true)
+		if lbs != nil && lbs.group != nil {
+			time.Sleep(2 * cfg.LoadBalancer.HeartbeatInterval.Duration)
+		}
 		log.Info("stopping; programmed rules stay in place (edgegate --cleanup removes them)")
+		stopComponents()
 		wg.Wait()
 		return nil
 	case err := <-errc:

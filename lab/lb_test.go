@@ -104,7 +104,8 @@ func quantiles(ds []time.Duration) (median, maximum time.Duration) {
 // one at a time. Killing the owner's daemon (SIGKILL, 20 times) moves new connections to
 // the other gateway, the client's neighbour entry with them; the restarted gateway takes
 // its IP back. Cutting the owner's link (its switch port down, 5 times) does the same;
-// draining it through its dashboard hands the IP over at once, serving again takes it back. An
+// draining it through its dashboard, or stopping its daemon, hands the IP over at once;
+// serving again, or a restart, takes it back. An
 // ARP watch on the client asks for the IP every 50 ms throughout: no question is ever
 // answered by both gateways.
 func TestLoadBalancerFailover(t *testing.T) {
@@ -168,6 +169,15 @@ func TestLoadBalancerFailover(t *testing.T) {
 	back := s.through(t, owner, 10*time.Second)
 	t.Logf("drain: gateway-%d drained, through gateway-%d after %v; serving again, back after %v",
 		owner+1, other+1, moved.Sub(drainAt).Round(time.Millisecond), back.Sub(moved).Round(time.Millisecond))
+
+	// A stopping gateway (SIGTERM: an update, a shutdown) hands the IP over first too.
+	stopAt := time.Now()
+	s.daemons[owner].Stop(t)
+	moved = s.through(t, other, 10*time.Second)
+	s.daemons[owner] = s.Gateways[owner].StartDaemon(t, s.args(owner)...)
+	back = s.through(t, owner, 10*time.Second)
+	t.Logf("stop: gateway-%d stopped (SIGTERM), through gateway-%d after %v; restarted, back after %v",
+		owner+1, other+1, moved.Sub(stopAt).Round(time.Millisecond), back.Sub(moved).Round(time.Millisecond))
 
 	// The dashboards say the same: the owner announces the IP on eth0, the other knows who.
 	eventually(t, 5*time.Second, "the dashboards show the IP's owner", func() (bool, string) {
