@@ -126,7 +126,9 @@ func Open(cfg Config) (*Group, error) {
 		conn.Close()
 		return nil, fmt.Errorf("member: heartbeat socket: %w", err)
 	}
-	nl, err := netlink.NewHandle()
+	// Only rtnetlink: a handle with every protocol also opens NETLINK_XFRM, which the
+	// firmware's kernels lack.
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("member: netlink: %w", err)
