@@ -3,14 +3,17 @@
 
 GO        ?= go
 BIN       := bin
-VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# A release tag's git-describe (v1.2.3-4-gabcdef0[-dirty]); before the first tag, the same
+# shape from v0.0.0 and the commit count, so that update bundles can always be ordered.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+	echo "v0.0.0-$$(git rev-list --count HEAD 2>/dev/null || echo 0)-g$$(git rev-parse --short HEAD 2>/dev/null || echo 0000000)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)")
 GOFLAGS   := -trimpath -buildvcs=false
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 # Pure packages: no kernel, run with the race detector.
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
-             ./daemon/lb/pool/...
+             ./daemon/lb/pool/... ./firmware/...
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).
 NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/... ./daemon/lb/announce/...
@@ -60,7 +63,7 @@ test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 # ./... skips testdata: the guest test programs the QEMU tests build are vetted by name.
 vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
-	@out=$$(gofmt -l daemon lab board initramfs qemu); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l daemon lab board initramfs qemu firmware); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
 test-unit:
@@ -75,6 +78,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAllocate$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./firmware/bundle
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
 test-netns: build
@@ -90,3 +94,6 @@ include hack/apiserver/apiserver.mk
 
 # The firmware: boards, initramfs, PID 1 and the QEMU boot tests (firmware, test-firmware).
 include board/firmware.mk
+
+# Signed update bundles: make keys, make bundle BOARD=...
+include firmware/bundle.mk
