@@ -5,6 +5,8 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/edgegate/edgegate/daemon/model"
 )
@@ -88,7 +90,45 @@ func IPT(snap *model.Snapshot, f model.Family, cfg Config) *IPTables {
 	for _, r := range b.nodePortJumps() {
 		services.add(r)
 	}
+	b.nat.pruneServiceChains()
 	return &IPTables{Family: f, Tables: []*IptTable{b.filter, b.nat}}
+}
+
+// servicePrefixes name the per-service chains: built for a service port, used only where
+// something jumps to them.
+var servicePrefixes = []string{IptPrefix + "SVC-", IptPrefix + "SVL-", IptPrefix + "EXT-", IptPrefix + "FW-", IptPrefix + "SEP-"}
+
+// pruneServiceChains drops per-service chains nothing jumps to (an endpoint set used only
+// by a path the policy closed, such as a LoadBalancer IP whose source ranges are all of
+// the other family), and then what only they jumped to: dead chains would only confuse
+// an operator reading iptables-save.
+func (t *IptTable) pruneServiceChains() {
+	for {
+		used := map[string]bool{}
+		mark := func(rules []IptRule) {
+			for _, r := range rules {
+				if j, ok := r.Target.(JumpTo); ok {
+					used[j.Chain] = true
+				}
+			}
+		}
+		for _, rules := range t.Builtin {
+			mark(rules)
+		}
+		for _, c := range t.Chains {
+			mark(c.Rules)
+		}
+		kept := t.Chains[:0]
+		for _, c := range t.Chains {
+			if used[c.Name] || !slices.ContainsFunc(servicePrefixes, func(p string) bool { return strings.HasPrefix(c.Name, p) }) {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) == len(t.Chains) {
+			return
+		}
+		t.Chains = kept
+	}
 }
 
 func (b *iptBuilder) base() {
@@ -215,7 +255,14 @@ func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
 		return
 	}
 	captured := p.External != Reject
-	if captured {
+	firewalled := len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0
+	ranges := familyPrefixes(sp.SourceRanges, p.Family)
+	// Source ranges of the other family only close this family's LoadBalancer IPs (as in
+	// the other modes): nothing of theirs is translated, and there is no firewall chain
+	// to pass anyone on.
+	closed := firewalled && len(ranges) == 0
+	// The external chain exists only where something jumps to it.
+	if captured && (len(p.ExternalIPs) > 0 || sp.NodePort != 0 || len(p.LBIPs) > 0 && !closed) {
 		b.external(b.chain(b.nat, ext), p, svc, svl)
 	}
 	for _, a := range p.ExternalIPs {
@@ -226,15 +273,14 @@ func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
 			filterExternal.add(frontend(a, name+" has no "+noEndpointsWhat(p.External), b.filterVerdict(p.External)))
 		}
 	}
-	firewalled := len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0
-	if firewalled && captured {
+	if firewalled && captured && !closed {
 		c := b.chain(b.nat, fw)
-		for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
+		for _, r := range ranges {
 			c.add(IptRule{Src: r, Matches: []IptMatch{Comment{name + " loadbalancer IP"}}, Target: JumpTo{ext}})
 		}
 	}
 	for _, a := range p.LBIPs {
-		if captured {
+		if captured && !closed {
 			target := ext
 			if firewalled {
 				target = fw
@@ -245,7 +291,7 @@ func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
 			if !captured {
 				// Nothing is translated without endpoints: allowed sources go on to the
 				// refusal in EG-EXTERNAL-SERVICES, the others are dropped as ever.
-				for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
+				for _, r := range ranges {
 					allowed := frontend(a, name+" loadbalancer IP", Standard{"RETURN"})
 					allowed.Src = r
 					b.filter.Chain(IptProxyFirewall).add(allowed)
