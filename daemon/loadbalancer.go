@@ -91,6 +91,16 @@ func newLoadBalancer(cfg LoadBalancerConfiguration, node string, log *slog.Logge
 	return l, nil
 }
 
+// close releases the sockets newLoadBalancer opened, for a start that failed before the
+// components ran (their Run would release them otherwise). Safe after they ran.
+func (l *loadBalancer) close() {
+	if l == nil || l.group == nil {
+		return
+	}
+	l.group.Close()
+	l.announcer.Close()
+}
+
 // attach joins the cluster's parts: the pools ConfigMap (unless a file gives the pools),
 // the node Leases, the allocator.
 func (l *loadBalancer) attach(client kubernetes.Interface) error {

@@ -154,6 +154,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	if err != nil {
 		return err
 	}
+	// Under PID 1 a failed run is run again in the same process: nothing may leak.
+	defer lbs.close()
 	if lbs != nil && lbs.group != nil {
 		// A draining gateway hands its LoadBalancer IPs to its peers first.
 		dr.follow(lbs.group.SetDraining)

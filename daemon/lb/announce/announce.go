@@ -275,6 +275,15 @@ func (a *Announcer) startReaders(l *link, arp, ndp *packet.Conn) {
 	}
 }
 
+// Close releases everything: the links and the pinned namespace. The Announcer is not
+// used afterwards (a daemon whose start failed before Run drops it this way).
+func (a *Announcer) Close() {
+	a.stop()
+	a.cfg.Lock()
+	defer a.cfg.Unlock()
+	a.ns.close()
+}
+
 // stop closes every link once no Set is in progress, and waits for the readers. What
 // was Set stays wanted, for the next Run.
 func (a *Announcer) stop() {

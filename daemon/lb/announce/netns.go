@@ -80,3 +80,11 @@ func (p *netnsPin) do(fn func() error) error {
 	}()
 	return <-errc
 }
+
+// close releases the pinned namespace.
+func (p *netnsPin) close() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
+}

@@ -62,11 +62,12 @@ type Group struct {
 	conn *net.UDPConn
 	pc   *ipv4.PacketConn
 	// nl finds interfaces in the namespace the group was opened in, whatever thread asks.
-	nl    *netlink.Handle
-	inc   int64
-	dst   *net.UDPAddr
-	wake  chan struct{} // a heartbeat to send now (draining changed)
-	notif chan struct{}
+	nl        *netlink.Handle
+	inc       int64
+	dst       *net.UDPAddr
+	wake      chan struct{} // a heartbeat to send now (draining changed)
+	closeOnce sync.Once
+	notif     chan struct{}
 
 	mu      sync.Mutex
 	view    *View
@@ -183,15 +184,24 @@ func (g *Group) SetInterfaces(names []string) {
 	g.join()
 }
 
+// Close releases the socket and the netlink handle. Run does so itself when it returns;
+// Close is for a Group that never ran (a daemon whose start failed), and is safe after Run.
+func (g *Group) Close() {
+	g.closeOnce.Do(func() {
+		g.conn.Close()
+		g.nl.Close()
+	})
+}
+
 // Run sends heartbeats every Interval, hears the peers' and recomputes the members every
 // half Interval, until ctx ends. It closes the socket when it returns.
 func (g *Group) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { g.receive() })
 	defer func() {
-		g.conn.Close()
+		g.conn.Close() // ends receive
 		wg.Wait()
-		g.nl.Close()
+		g.Close()
 	}()
 	send := time.NewTicker(g.cfg.Interval)
 	defer send.Stop()

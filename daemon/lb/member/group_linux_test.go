@@ -189,3 +189,19 @@ func TestGroupInterfaceLater(t *testing.T) {
 		waitMembers(t, b, "gw-a", "gw-b")
 	})
 }
+
+// TestGroupCloseWithoutRun: a Group that never ran releases its socket, and a Group that
+// ran may be closed again.
+func TestGroupCloseWithoutRun(t *testing.T) {
+	segment(t, func(func(func())) {
+		g, err := Open(Config{Name: "gw-a", Interfaces: []string{"hb0"}, Port: 7481})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Close()
+		g.Close()
+		r := start(t, Config{Name: "gw-a", Interfaces: []string{"hb0"}, Port: 7481})
+		r.end()
+		r.Close()
+	})
+}
