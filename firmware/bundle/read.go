@@ -38,7 +38,7 @@ const maxTrailer = 10 << 10
 type Reader struct {
 	src      *countingReader
 	tr       *tar.Reader
-	raw      []byte
+	raw, sig []byte
 	manifest Manifest
 	next     string // the entry the next Copy must read, "" when done
 	err      error  // sticky: once anything failed, every later call returns it
@@ -64,21 +64,8 @@ func Open(r io.Reader, p Policy) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(sig) != ed25519.SignatureSize {
-		return nil, fmt.Errorf("%s: %d bytes, want %d: %w", EntrySignature, len(sig), ed25519.SignatureSize, ErrMalformed)
-	}
-	m, err := decodeManifest(raw)
+	m, err := VerifyManifest(raw, sig, p.Keys)
 	if err != nil {
-		return nil, err
-	}
-	key, ok := findKey(p.Keys, m.KeyID)
-	if !ok {
-		return nil, fmt.Errorf("bundle is signed with key %q, this gateway trusts %s: %w", m.KeyID, keyIDs(p.Keys), ErrUnknownKey)
-	}
-	if !ed25519.Verify(key.Key, raw, sig) {
-		return nil, fmt.Errorf("%s does not verify %s with key %s: %w", EntrySignature, EntryManifest, key.ID, ErrBadSignature)
-	}
-	if err := m.validate(); err != nil {
 		return nil, err
 	}
 	if m.Board != p.Board {
@@ -89,8 +76,32 @@ func Open(r io.Reader, p Policy) (*Reader, error) {
 			return nil, err
 		}
 	}
-	b.raw, b.manifest = raw, m
+	b.raw, b.sig, b.manifest = raw, sig, m
 	return b, nil
+}
+
+// VerifyManifest checks a manifest.json and its manifest.sig against the trusted keys and
+// returns the manifest: what a gateway does with a slot's stored manifest before it boots
+// that slot, as Open does with a bundle's.
+func VerifyManifest(raw, sig []byte, keys []PublicKey) (Manifest, error) {
+	if len(sig) != ed25519.SignatureSize {
+		return Manifest{}, fmt.Errorf("%s: %d bytes, want %d: %w", EntrySignature, len(sig), ed25519.SignatureSize, ErrMalformed)
+	}
+	m, err := decodeManifest(raw)
+	if err != nil {
+		return Manifest{}, err
+	}
+	key, ok := findKey(keys, m.KeyID)
+	if !ok {
+		return Manifest{}, fmt.Errorf("bundle is signed with key %q, this gateway trusts %s: %w", m.KeyID, keyIDs(keys), ErrUnknownKey)
+	}
+	if !ed25519.Verify(key.Key, raw, sig) {
+		return Manifest{}, fmt.Errorf("%s does not verify %s with key %s: %w", EntrySignature, EntryManifest, key.ID, ErrBadSignature)
+	}
+	if err := m.validate(); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
 }
 
 func checkNewer(bundle, running string) error {
@@ -136,6 +147,9 @@ func (b *Reader) Manifest() Manifest { return b.manifest }
 
 // RawManifest is the exact signed manifest.json, for a caller that records what it installed.
 func (b *Reader) RawManifest() []byte { return bytes.Clone(b.raw) }
+
+// Signature is manifest.sig, the signature of RawManifest.
+func (b *Reader) Signature() []byte { return bytes.Clone(b.sig) }
 
 // CopyKernel streams the kernel to w and checks its size and sha256 against the manifest.
 func (b *Reader) CopyKernel(w io.Writer) (int64, error) {

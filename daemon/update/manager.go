@@ -1,0 +1,752 @@
+// Package update installs signed firmware bundles into the inactive A/B slot, lets the boot
+// loader try the new slot, commits it once the new firmware is healthy, and records what
+// happened (DESIGN.md §7, firmware/layout).
+//
+// What boots is decided by the entries on the EFI system partition alone, so that no
+// state file can make the gateway boot a slot that is not ready: an update streams the
+// bundle into temporary files, verifies them as they arrive and again from the disk, then
+// removes the inactive slot's entry before it replaces the slot's files, and only then
+// writes the slot's entry with a try counter. The new firmware commits by
+// renaming its entry to drop the counter after it proved healthy; when it does not (a hang,
+// a panic, a failed health check that reboots it), systemd-boot runs out of tries and boots
+// the old slot, whose firmware then records the rollback. The state file on the data
+// partition is the report: each attempt's phases with their times.
+package update
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/layout"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTries is how many boots the new firmware gets to prove itself: one more than
+	// needed, so that a power cut during the trial boot does not throw a good update away.
+	DefaultTries = 2
+	// DefaultTrialTimeout bounds a trial boot from the updater's start to healthy.
+	DefaultTrialTimeout = 5 * time.Minute
+	// rebootDelay lets the answer to the request that switched the slot reach its client.
+	rebootDelay = time.Second
+	// healthPoll is how often a trial boot looks at the health.
+	healthPoll = 250 * time.Millisecond
+)
+
+// Errors callers branch on.
+var (
+	// ErrUnavailable: this gateway cannot update itself (not booted from an A/B disk, no
+	// trusted keys, an unreadable ESP); the error says which.
+	ErrUnavailable = errors.New("updates unavailable")
+	// ErrBusy: another update step is running, or the gateway is rebooting or on trial.
+	ErrBusy = errors.New("update in progress")
+	// ErrRefused: the bundle was refused before anything was written.
+	ErrRefused = errors.New("bundle refused")
+	// ErrNothingStaged: Activate or Cancel without a staged update.
+	ErrNothingStaged = errors.New("no staged update")
+)
+
+// Options configure a Manager.
+type Options struct {
+	// ESP is the EFI system partition the slots are on.
+	ESP ESP
+	// StateDir holds the update state and history (on the data partition); "" keeps them in
+	// memory.
+	StateDir string
+	// Slot is the slot that booted (edgegate.slot= on the kernel command line); "" when the
+	// firmware did not boot from an A/B disk.
+	Slot layout.Slot
+	// Board and Version are the running firmware's.
+	Board, Version string
+	// Keys are the trusted signing keys (layout.KeysDir).
+	Keys []bundle.PublicKey
+	// Tries is the new slot's boot tries; 0 means DefaultTries.
+	Tries int
+	// TrialTimeout bounds a trial boot; 0 means DefaultTrialTimeout.
+	TrialTimeout time.Duration
+	// Health reports whether the gateway is healthy: nil when it is, else what it waits for.
+	Health func() error
+	// Reboot asks the machine to reboot (PID 1: components stop, LoadBalancer IPs are
+	// handed over, file systems are unmounted).
+	Reboot func()
+	// Marker prints a console marker line (EDGEGATE-UPDATE ...), for the boot tests.
+	Marker func(format string, args ...any)
+	Log    *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Request is one installation.
+type Request struct {
+	// Source says who asked, for the history.
+	Source string
+	// Force installs a bundle that is not newer than the running firmware.
+	Force bool
+	// Activate switches to the new slot and reboots once it is written; without it the
+	// update stays staged until Activate.
+	Activate bool
+}
+
+// Manager is the updater of one boot.
+type Manager struct {
+	opts Options
+
+	mu        sync.Mutex
+	state     State
+	problem   string    // why updates are unavailable; "" when they are
+	trial     *trialRun // set on a trial boot until it ends
+	busy      bool      // Install or Activate running
+	rebooting bool
+	onChange  func()
+}
+
+// trialRun is a trial boot in progress.
+type trialRun struct {
+	entry    slotEntry
+	started  time.Time
+	deadline time.Time
+	waiting  string
+}
+
+// New reads the ESP and the state file and settles what the last boot left: a trial boot
+// of this slot starts its wait for health (Start), an update that did not stay is recorded
+// as rolled back, one cut short while writing as interrupted. A Manager is returned even
+// when updates are unavailable; Status says why.
+func New(opts Options) *Manager {
+	if opts.Tries <= 0 {
+		opts.Tries = DefaultTries
+	}
+	if opts.TrialTimeout <= 0 {
+		opts.TrialTimeout = DefaultTrialTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Marker == nil {
+		opts.Marker = func(string, ...any) {}
+	}
+	m := &Manager{opts: opts}
+	st, err := loadState(opts.StateDir)
+	if err != nil {
+		opts.Log.Error("update state unreadable; starting a new history", "err", err)
+	}
+	m.state = st
+	switch {
+	case opts.ESP == nil || opts.Slot == "":
+		m.problem = "the firmware did not boot from an A/B disk image (no " + layout.SlotParam + " on the kernel command line, or no EFI system partition)"
+	case len(opts.Keys) == 0:
+		m.problem = "the firmware trusts no signing keys (none in " + layout.KeysDir + ")"
+	}
+	if opts.ESP != nil && opts.Slot != "" {
+		if err := m.settle(); err != nil {
+			m.problem = err.Error()
+		}
+	}
+	if m.problem != "" {
+		opts.Log.Warn("firmware updates unavailable", "reason", m.problem)
+	}
+	return m
+}
+
+// OnChange sets a function called after every change of Status (the dashboard's push).
+func (m *Manager) OnChange(fn func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onChange = fn
+}
+
+func (m *Manager) changed() {
+	m.mu.Lock()
+	fn := m.onChange
+	m.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// saveLocked writes the state; a failure is logged (the ESP, not the file, decides what
+// boots, so the update goes on).
+func (m *Manager) saveLocked() {
+	if err := m.state.save(m.opts.StateDir); err != nil {
+		m.opts.Log.Error("writing the update state failed", "dir", m.opts.StateDir, "err", err)
+	}
+}
+
+// settle is New's look at what the previous boot left.
+func (m *Manager) settle() error {
+	now := m.opts.Now()
+	root := m.opts.ESP.Root()
+	entries, problems, err := readEntries(root)
+	if err != nil {
+		return fmt.Errorf("EFI system partition: %w", err)
+	}
+	for _, p := range problems {
+		m.opts.Log.Warn("boot entry ignored", "problem", p)
+	}
+	slot, other := m.opts.Slot, m.opts.Slot.Other()
+	own, ok := entryFor(entries, slot)
+	if !ok {
+		return fmt.Errorf("the running slot %s has no boot entry in %s", slot, layout.EntriesDir)
+	}
+	otherEntry, otherOK := entryFor(entries, other)
+	p := m.state.Pending
+	switch {
+	case own.entry.Tries != nil:
+		// A trial boot of this slot: systemd-boot already counted it.
+		t := own.entry.Tries
+		if p == nil || p.Phase != PhaseTrial || p.To.Slot != slot {
+			if p != nil {
+				m.state.end(now, PhaseFailed, fmt.Sprintf("slot %s booted on trial instead", slot))
+			}
+			// The state file does not know of it (a new data partition): the ESP does.
+			p = &Attempt{ID: attemptID(now), Source: "unknown (no update state on this gateway)", Phase: PhaseTrial,
+				From: Firmware{Slot: other}, To: Firmware{Slot: slot, Version: m.opts.Version}, Started: now, Tries: t.Left + t.Done}
+			if otherOK {
+				p.From.Version = otherEntry.entry.Firmware
+			}
+			m.state.Pending = p
+		}
+		p.TrialBoots = t.Done
+		p.event(now, "trial boot %d of %d started (%s)", t.Done, t.Left+t.Done, m.opts.Version)
+		m.trial = &trialRun{entry: own, started: now, deadline: now.Add(m.opts.TrialTimeout)}
+		m.opts.Marker("EDGEGATE-UPDATE trial slot=%s boot=%d/%d", slot, t.Done, t.Left+t.Done)
+		m.opts.Log.Info("trial boot of new firmware: committing once healthy", "slot", slot, "version", m.opts.Version,
+			"boot", t.Done, "of", t.Left+t.Done, "deadline", m.opts.TrialTimeout)
+	case p == nil:
+	case p.Phase == PhaseTrial && p.To.Slot == slot:
+		// Committed on the ESP, but the state file was not written before the power went.
+		m.state.end(now, PhaseCommitted, "")
+		m.opts.Marker("EDGEGATE-UPDATE committed slot=%s version=%s", slot, m.opts.Version)
+	case p.Phase == PhaseTrial:
+		m.rolledBack(now, otherEntry, otherOK)
+	case p.Phase == PhaseReceiving:
+		reason := fmt.Sprintf("the gateway restarted while slot %s was written", other)
+		if err := m.opts.ESP.Writable(func() error { return removeTemps(root, other) }); err != nil {
+			m.opts.Log.Warn("removing a partial slot's files failed", "slot", other, "err", err)
+		}
+		m.state.end(now, PhaseInterrupted, reason)
+		m.opts.Marker("EDGEGATE-UPDATE interrupted slot=%s", other)
+	case p.Phase == PhaseStaged:
+		// Still staged: Activate verifies the slot again before it switches.
+	}
+	m.saveLocked()
+	return nil
+}
+
+// rolledBack records a trial that did not stay: this slot booted again.
+func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) {
+	p, other := m.state.Pending, m.opts.Slot.Other()
+	var reason string
+	phase := PhaseRolledBack
+	switch t := otherEntry.entry.Tries; {
+	case !otherOK:
+		phase, reason = PhaseInterrupted, fmt.Sprintf("the gateway restarted before slot %s's boot entry was written", other)
+	case t == nil:
+		// The new firmware committed, and yet this slot booted: picked in the boot menu.
+		m.state.end(now, PhaseCommitted, fmt.Sprintf("slot %s committed, but slot %s was booted afterwards (boot menu?)", other, m.opts.Slot))
+		return
+	case t.Bad():
+		reason = fmt.Sprintf("the new firmware did not prove healthy in %d boot(s) of slot %s; slot %s booted again", t.Done, other, m.opts.Slot)
+		if p.Reason != "" {
+			reason += " (last: " + p.Reason + ")"
+		}
+	default:
+		reason = fmt.Sprintf("slot %s was booted while slot %s still had %d tries left (boot menu?)", m.opts.Slot, other, t.Left)
+	}
+	if otherOK {
+		// The spent entry goes: nothing boots that slot again until the next update.
+		root := m.opts.ESP.Root()
+		if err := m.opts.ESP.Writable(func() error {
+			return removeSync(filepath.Join(root, layout.EntriesDir), otherEntry.file)
+		}); err != nil {
+			m.opts.Log.Warn("removing the rolled back slot's entry failed", "entry", otherEntry.file, "err", err)
+		}
+	}
+	m.state.end(now, phase, reason)
+	m.opts.Marker("EDGEGATE-UPDATE %s slot=%s", phase, other)
+	m.opts.Log.Error("firmware update did not stay", "phase", phase, "reason", reason)
+}
+
+// Start runs a trial boot's wait for health: commit when healthy, reboot when the deadline
+// passes first. It returns at once when this is no trial boot.
+func (m *Manager) Start(ctx context.Context) {
+	m.mu.Lock()
+	t := m.trial
+	m.mu.Unlock()
+	if t == nil {
+		return
+	}
+	tick := time.NewTicker(healthPoll)
+	defer tick.Stop()
+	for {
+		err := errors.New("no health check")
+		if m.opts.Health != nil {
+			err = m.opts.Health()
+		}
+		now := m.opts.Now()
+		if err == nil {
+			m.commit(now)
+			return
+		}
+		m.mu.Lock()
+		t.waiting = err.Error()
+		m.mu.Unlock()
+		if !now.Before(t.deadline) {
+			m.giveUp(now, err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// commit makes the running slot the committed one.
+func (m *Manager) commit(now time.Time) {
+	m.mu.Lock()
+	t := m.trial
+	root := m.opts.ESP.Root()
+	dir := filepath.Join(root, layout.EntriesDir)
+	committed := layout.EntryFileName(m.opts.Slot, nil)
+	err := m.opts.ESP.Writable(func() error { return renameSync(dir, t.entry.file, committed) })
+	if err != nil {
+		m.mu.Unlock()
+		// Nothing else to do: the boot loader falls back once the tries are spent.
+		m.opts.Log.Error("committing the new firmware failed; the old slot comes back after the remaining tries",
+			"entry", t.entry.file, "err", err)
+		m.giveUp(now, fmt.Errorf("committing failed: %w", err))
+		return
+	}
+	if p := m.state.Pending; p != nil {
+		p.event(now, "healthy %s after the trial boot started", now.Sub(t.started).Round(time.Millisecond))
+	}
+	m.state.end(now, PhaseCommitted, "")
+	m.trial = nil
+	m.saveLocked()
+	var took time.Duration
+	if len(m.state.History) > 0 {
+		took = m.state.History[0].Duration(now)
+	}
+	m.mu.Unlock()
+	m.opts.Marker("EDGEGATE-UPDATE committed slot=%s version=%s", m.opts.Slot, m.opts.Version)
+	m.opts.Log.Info("new firmware healthy: committed", "slot", m.opts.Slot, "version", m.opts.Version, "update took", took.Round(time.Millisecond))
+	m.changed()
+}
+
+// giveUp ends a trial boot that did not become healthy: the reason is recorded and the
+// machine reboots, so that the boot loader tries again or falls back.
+func (m *Manager) giveUp(now time.Time, err error) {
+	m.mu.Lock()
+	t := m.trial
+	reason := fmt.Sprintf("not healthy %s after boot %d: %v", m.opts.TrialTimeout, t.entry.entry.Tries.Done, err)
+	if p := m.state.Pending; p != nil {
+		p.Reason = reason
+		p.event(now, "%s; rebooting", reason)
+	}
+	m.saveLocked()
+	m.rebooting = true
+	m.mu.Unlock()
+	m.opts.Marker("EDGEGATE-UPDATE unhealthy slot=%s boot=%d", m.opts.Slot, t.entry.entry.Tries.Done)
+	m.opts.Log.Error("new firmware did not become healthy; rebooting", "slot", m.opts.Slot, "reason", reason)
+	m.changed()
+	if m.opts.Reboot != nil {
+		m.opts.Reboot()
+	}
+}
+
+// attemptID names an attempt by its start.
+func attemptID(t time.Time) string { return t.UTC().Format("20060102T150405.000Z") }
+
+// begin reserves the updater for one step.
+func (m *Manager) begin() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.problem != "":
+		return fmt.Errorf("%w: %s", ErrUnavailable, m.problem)
+	case m.rebooting:
+		return fmt.Errorf("%w: the gateway is rebooting", ErrBusy)
+	case m.trial != nil:
+		return fmt.Errorf("%w: this boot is the trial of slot %s; it must commit first", ErrBusy, m.opts.Slot)
+	case m.busy:
+		return fmt.Errorf("%w: another update step is running", ErrBusy)
+	}
+	m.busy = true
+	return nil
+}
+
+func (m *Manager) done() {
+	m.mu.Lock()
+	m.busy = false
+	m.mu.Unlock()
+	m.changed()
+}
+
+// Install reads a bundle from r, verifies it while it streams into the inactive slot,
+// verifies the slot by reading it back, and stages it; with req.Activate it then switches
+// to it and reboots. A refused bundle (ErrRefused) writes nothing.
+func (m *Manager) Install(ctx context.Context, r io.Reader, req Request) (Attempt, error) {
+	if err := m.begin(); err != nil {
+		return Attempt{}, err
+	}
+	defer m.done()
+	now := m.opts.Now()
+	other := m.opts.Slot.Other()
+	a := &Attempt{ID: attemptID(now), Source: req.Source, Phase: PhaseReceiving, Started: now,
+		From: Firmware{Slot: m.opts.Slot, Version: m.opts.Version}, To: Firmware{Slot: other}}
+	src := &progressReader{ctx: ctx, r: r, m: m, a: a}
+	br, err := bundle.Open(src, bundle.Policy{Board: m.opts.Board, Keys: m.opts.Keys, Running: m.opts.Version, Force: req.Force})
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrRefused, err)
+		m.mu.Lock()
+		a.Bytes = src.n
+		a.Phase, a.Reason, a.Ended = PhaseRefused, err.Error(), m.opts.Now()
+		a.event(a.Ended, "refused: %v", err)
+		m.state.History = append([]Attempt{*a}, m.state.History...)[:min(len(m.state.History)+1, maxHistory)]
+		m.saveLocked()
+		m.mu.Unlock()
+		m.opts.Marker("EDGEGATE-UPDATE refused")
+		m.opts.Log.Error("update refused", "source", req.Source, "err", err)
+		return *a, err
+	}
+	man := br.Manifest()
+	sum := sha256.Sum256(br.RawManifest())
+	m.mu.Lock()
+	a.To.Version, a.Bundle = man.Version, hex.EncodeToString(sum[:])
+	a.event(m.opts.Now(), "bundle %s for %s verified (key %s); writing slot %s", man.Version, man.Board, man.KeyID, other)
+	if p := m.state.Pending; p != nil {
+		m.state.end(m.opts.Now(), PhaseCancelled, "superseded by update "+a.ID)
+	}
+	m.state.Pending = a
+	m.saveLocked()
+	m.mu.Unlock()
+	m.changed()
+	m.opts.Marker("EDGEGATE-UPDATE receiving slot=%s version=%s", other, man.Version)
+	m.opts.Log.Info("installing firmware update", "source", req.Source, "version", man.Version, "slot", other)
+
+	root := m.opts.ESP.Root()
+	err = m.opts.ESP.Writable(func() error { return writeSlot(root, other, br, man) })
+	if err != nil {
+		if cerr := m.opts.ESP.Writable(func() error { return removeTemps(root, other) }); cerr != nil {
+			m.opts.Log.Warn("removing a partial slot's files failed", "slot", other, "err", cerr)
+		}
+		// A part that does not match its signed digest is the bundle's fault: refused, and
+		// the slot is as it was. Anything else (a disk error) failed the write.
+		phase := PhaseFailed
+		if errors.Is(err, bundle.ErrBadDigest) || errors.Is(err, bundle.ErrMalformed) {
+			phase, err = PhaseRefused, fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		m.mu.Lock()
+		a.Bytes = src.n
+		m.state.end(m.opts.Now(), phase, fmt.Sprintf("writing slot %s: %v", other, err))
+		m.saveLocked()
+		ended := m.state.History[0]
+		m.mu.Unlock()
+		m.opts.Marker("EDGEGATE-UPDATE %s slot=%s", phase, other)
+		m.opts.Log.Error("update not installed", "slot", other, "phase", phase, "err", err)
+		return ended, err
+	}
+	m.mu.Lock()
+	a.Bytes = src.n
+	a.Phase = PhaseStaged
+	a.event(m.opts.Now(), "slot %s written and read back (%d bytes received)", other, src.n)
+	m.saveLocked()
+	staged := *a
+	m.mu.Unlock()
+	m.opts.Marker("EDGEGATE-UPDATE staged slot=%s version=%s", other, man.Version)
+	if !req.Activate {
+		return staged, nil
+	}
+	return m.activateLocked()
+}
+
+// Activate switches to the staged update and reboots.
+func (m *Manager) Activate() (Attempt, error) {
+	if err := m.begin(); err != nil {
+		return Attempt{}, err
+	}
+	defer m.done()
+	return m.activateLocked()
+}
+
+// activateLocked runs with the updater reserved (begin).
+func (m *Manager) activateLocked() (Attempt, error) {
+	m.mu.Lock()
+	p := m.state.Pending
+	if p == nil || p.Phase != PhaseStaged {
+		m.mu.Unlock()
+		return Attempt{}, ErrNothingStaged
+	}
+	m.mu.Unlock()
+	root := m.opts.ESP.Root()
+	slot, other := m.opts.Slot, m.opts.Slot.Other()
+	fail := func(err error) (Attempt, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.state.end(m.opts.Now(), PhaseFailed, err.Error())
+		m.saveLocked()
+		m.opts.Marker("EDGEGATE-UPDATE failed slot=%s", other)
+		return m.state.History[0], err
+	}
+	man, err := verifySlot(root, other, m.opts.Keys)
+	if err != nil {
+		return fail(fmt.Errorf("slot %s no longer verifies: %w", other, err))
+	}
+	if man.Version != p.To.Version || man.Board != m.opts.Board {
+		return fail(fmt.Errorf("slot %s holds %s for %s, the staged update was %s", other, man.Version, man.Board, p.To.Version))
+	}
+	entries, _, err := readEntries(root)
+	if err != nil {
+		return fail(err)
+	}
+	own, ok := entryFor(entries, slot)
+	if !ok {
+		return fail(fmt.Errorf("the running slot %s has no boot entry", slot))
+	}
+	var gen uint64
+	var stale []string
+	for _, e := range entries {
+		gen = max(gen, e.entry.Generation)
+		if e.entry.Slot == other {
+			stale = append(stale, e.file)
+		}
+	}
+	entry := layout.Entry{Slot: other, Tries: &layout.Tries{Left: m.opts.Tries}, Generation: gen + 1,
+		Firmware: man.Version, Options: layout.WithSlot(own.entry.Options, other)}
+	// The state first: a power cut before the entry is written is then recorded as
+	// interrupted by the next boot, one after it as a trial.
+	m.mu.Lock()
+	p.Phase, p.Tries = PhaseTrial, m.opts.Tries
+	p.event(m.opts.Now(), "switched: slot %s boots next (%s, generation %d, %d tries); rebooting", other, entry.FileName(), entry.Generation, m.opts.Tries)
+	m.saveLocked()
+	m.mu.Unlock()
+	dir := filepath.Join(root, layout.EntriesDir)
+	if err := m.opts.ESP.Writable(func() error {
+		if err := removeSync(dir, stale...); err != nil {
+			return err
+		}
+		return writeFileSync(filepath.Join(dir, entry.FileName()), entry.Render(), 0o644)
+	}); err != nil {
+		return fail(fmt.Errorf("writing slot %s's boot entry: %w", other, err))
+	}
+	m.mu.Lock()
+	m.rebooting = true
+	switched := *p
+	m.mu.Unlock()
+	m.opts.Marker("EDGEGATE-UPDATE switched slot=%s version=%s", other, man.Version)
+	m.opts.Log.Info("switched to the new firmware; rebooting", "slot", other, "version", man.Version, "entry", entry.FileName())
+	if m.opts.Reboot != nil {
+		time.AfterFunc(rebootDelay, m.opts.Reboot)
+	}
+	return switched, nil
+}
+
+// Cancel discards a staged update.
+func (m *Manager) Cancel(source string) (Attempt, error) {
+	if err := m.begin(); err != nil {
+		return Attempt{}, err
+	}
+	defer m.done()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.state.Pending
+	if p == nil || p.Phase != PhaseStaged {
+		return Attempt{}, ErrNothingStaged
+	}
+	m.state.end(m.opts.Now(), PhaseCancelled, "cancelled by "+source)
+	m.saveLocked()
+	return m.state.History[0], nil
+}
+
+// writeSlot streams the bundle's parts into temporary files in the slot, reads them back,
+// and only then replaces the slot's firmware.
+func writeSlot(root string, slot layout.Slot, br *bundle.Reader, man bundle.Manifest) error {
+	dir := filepath.Join(root, slot.Dir())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := removeTemps(root, slot); err != nil {
+		return err
+	}
+	parts := []struct {
+		name string
+		want bundle.Part
+		copy func(io.Writer) (int64, error)
+	}{
+		{layout.KernelFile, man.Kernel, br.CopyKernel},
+		{layout.InitramfsFile, man.Initramfs, br.CopyInitramfs},
+	}
+	for _, p := range parts {
+		if err := writeTemp(filepath.Join(dir, p.name+tempSuffix), p.copy); err != nil {
+			return err
+		}
+	}
+	// Read back from the disk, not the page cache: what boots is what is on the disk.
+	for _, p := range parts {
+		if err := checkFile(filepath.Join(dir, p.name+tempSuffix), p.want, true); err != nil {
+			return fmt.Errorf("read back: %w", err)
+		}
+	}
+	// Only now does the slot's old firmware go, its entry first: a half-replaced slot never
+	// boots, and a bundle that failed above left the slot as it was.
+	entries, _, err := readEntries(root)
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for _, e := range entries {
+		if e.entry.Slot == slot {
+			stale = append(stale, e.file)
+		}
+	}
+	if err := removeSync(filepath.Join(root, layout.EntriesDir), stale...); err != nil {
+		return fmt.Errorf("removing slot %s's boot entry: %w", slot, err)
+	}
+	for _, p := range parts {
+		if err := os.Rename(filepath.Join(dir, p.name+tempSuffix), filepath.Join(dir, p.name)); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(dir, layout.ManifestFile), br.RawManifest(), 0o644); err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(dir, layout.SignatureFile), br.Signature(), 0o644)
+}
+
+// tempSuffix marks a part being written.
+const tempSuffix = ".new"
+
+// removeTemps removes what an interrupted write left in the slot.
+func removeTemps(root string, slot layout.Slot) error {
+	dir := filepath.Join(root, slot.Dir())
+	return removeSync(dir, layout.KernelFile+tempSuffix, layout.InitramfsFile+tempSuffix)
+}
+
+// writeTemp creates file, lets copy fill it and syncs it.
+func writeTemp(file string, copy func(io.Writer) (int64, error)) error {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := copy(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", filepath.Base(file), err)
+	}
+	return f.Close()
+}
+
+// checkFile compares a file's size and sha256 with the manifest's. fromDisk first drops
+// the file's cached pages (after a sync they are clean), so the read comes from the disk.
+func checkFile(file string, want bundle.Part, fromDisk bool) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fromDisk {
+		// Advisory: where it is not supported the read comes from the cache, which the
+		// sync already wrote to the disk.
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(file), err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != want.Size || got != want.SHA256 {
+		return fmt.Errorf("%s: %d bytes sha256 %s on the disk, the manifest says %d bytes sha256 %s: %w",
+			strings.TrimSuffix(filepath.Base(file), tempSuffix), n, got, want.Size, want.SHA256, bundle.ErrBadDigest)
+	}
+	return nil
+}
+
+// verifySlot checks a slot's stored manifest against the keys and its files against the
+// manifest.
+func verifySlot(root string, slot layout.Slot, keys []bundle.PublicKey) (bundle.Manifest, error) {
+	raw, err := os.ReadFile(filepath.Join(root, slot.File(layout.ManifestFile)))
+	if err != nil {
+		return bundle.Manifest{}, err
+	}
+	sig, err := os.ReadFile(filepath.Join(root, slot.File(layout.SignatureFile)))
+	if err != nil {
+		return bundle.Manifest{}, err
+	}
+	man, err := bundle.VerifyManifest(raw, sig, keys)
+	if err != nil {
+		return bundle.Manifest{}, err
+	}
+	if err := checkFile(filepath.Join(root, slot.File(layout.KernelFile)), man.Kernel, false); err != nil {
+		return man, err
+	}
+	return man, checkFile(filepath.Join(root, slot.File(layout.InitramfsFile)), man.Initramfs, false)
+}
+
+// progressReader counts what was read of a bundle for Status, and stops at ctx's end.
+type progressReader struct {
+	ctx context.Context
+	r   io.Reader
+	m   *Manager
+	a   *Attempt
+	n   int64
+	// reported is n at the last change notification.
+	reported int64
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if err := p.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	p.m.mu.Lock()
+	p.a.Bytes = p.n
+	p.m.mu.Unlock()
+	// The dashboard hears of it every MiB.
+	if p.n-p.reported >= 1<<20 {
+		p.reported = p.n
+		p.m.changed()
+	}
+	return n, err
+}
+
+// LoadKeys reads the trusted public keys from dir (layout.KeysDir): every *.pub file. A
+// missing directory is no keys; a key file that does not parse is an error naming it.
+func LoadKeys(dir string) ([]bundle.PublicKey, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.pub"))
+	if err != nil {
+		return nil, err
+	}
+	var keys []bundle.PublicKey
+	for _, f := range files {
+		k, err := bundle.ReadPublicKeyFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("trusted key %s: %w", f, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}

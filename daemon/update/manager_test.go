@@ -1,0 +1,548 @@
+package update
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/layout"
+)
+
+const testBoard = "qemu-x86_64"
+
+// gateway is one simulated gateway: an ESP and a data partition in directories, booted by
+// a stand-in for systemd-boot that follows layout's rules.
+type gateway struct {
+	t     *testing.T
+	esp   string
+	data  string
+	pub   bundle.PublicKey
+	key   bundle.PrivateKey
+	clock time.Time
+
+	mu      sync.Mutex
+	reboots int
+	markers []string
+}
+
+func newGateway(t *testing.T) *gateway {
+	t.Helper()
+	pub, key, err := bundle.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{t: t, esp: t.TempDir(), data: t.TempDir(), pub: pub, key: key,
+		clock: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)}
+	// The factory image: slot A committed with v1.0.0, slot B empty.
+	g.writeFactorySlot("v1.0.0")
+	return g
+}
+
+// writeFactorySlot fills slot A as the image builder does.
+func (g *gateway) writeFactorySlot(version string) {
+	g.t.Helper()
+	bun := g.bundle(testBoard, version, nil)
+	br, err := bundle.Open(bytes.NewReader(bun), bundle.Policy{Board: testBoard, Keys: []bundle.PublicKey{g.pub}, Force: true})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if err := writeSlot(g.esp, layout.SlotA, br, br.Manifest()); err != nil {
+		g.t.Fatal(err)
+	}
+	e := layout.Entry{Slot: layout.SlotA, Generation: 1, Firmware: version,
+		Options: []string{"console=ttyS0", "panic=-1", "edgegate.slot=a"}}
+	if err := writeFileSync(filepath.Join(g.esp, layout.EntryPath(e.FileName())), e.Render(), 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// bundle makes a signed bundle; tamper, when set, edits the archive's bytes.
+func (g *gateway) bundle(board, version string, tamper func([]byte)) []byte {
+	g.t.Helper()
+	kernel := bytes.Repeat([]byte("kernel "+version+" "), 20000)
+	initramfs := bytes.Repeat([]byte("initramfs "+version+" "), 30000)
+	var b bytes.Buffer
+	if _, err := bundle.Create(&b, bundle.Release{Board: board, Version: version, BuildTime: g.clock},
+		bytes.NewReader(kernel), bytes.NewReader(initramfs), g.key); err != nil {
+		g.t.Fatal(err)
+	}
+	out := b.Bytes()
+	if tamper != nil {
+		tamper(out)
+	}
+	return out
+}
+
+// boot is systemd-boot: it picks the first entry in layout.Order and, when the entry
+// counts tries, renames it with one try more done.
+func (g *gateway) boot() layout.Slot {
+	g.t.Helper()
+	entries, problems, err := readEntries(g.esp)
+	if err != nil || len(problems) > 0 {
+		g.t.Fatalf("boot loader: %v %v", err, problems)
+	}
+	if len(entries) == 0 {
+		g.t.Fatal("boot loader: no entry to boot")
+	}
+	var all []layout.Entry
+	for _, e := range entries {
+		all = append(all, e.entry)
+	}
+	first := layout.Order(all)[0]
+	if t := first.Tries; t != nil && t.Left > 0 {
+		next := &layout.Tries{Left: t.Left - 1, Done: t.Done + 1}
+		dir := filepath.Join(g.esp, layout.EntriesDir)
+		if err := os.Rename(filepath.Join(dir, first.FileName()), filepath.Join(dir, layout.EntryFileName(first.Slot, next))); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	return first.Slot
+}
+
+// manager is the updater of one boot of slot, running version, with health h.
+func (g *gateway) manager(slot layout.Slot, version string, h func() error) *Manager {
+	g.clock = g.clock.Add(time.Minute)
+	return New(Options{
+		ESP: DirESP(g.esp), StateDir: g.data, Slot: slot, Board: testBoard, Version: version,
+		Keys: []bundle.PublicKey{g.pub}, TrialTimeout: 50 * time.Millisecond, Health: h,
+		Reboot: func() { g.mu.Lock(); g.reboots++; g.mu.Unlock() },
+		Marker: func(f string, args ...any) {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.markers = append(g.markers, strings.Fields(f)[1])
+		},
+		Now: func() time.Time { return g.clock },
+	})
+}
+
+// tree lists every file on the ESP with its digest.
+func (g *gateway) tree() string {
+	g.t.Helper()
+	var lines []string
+	err := filepath.WalkDir(g.esp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		rel, _ := filepath.Rel(g.esp, p)
+		lines = append(lines, rel+" "+hex.EncodeToString(sum[:8]))
+		return nil
+	})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func healthy() error { return nil }
+
+func never() error { return errors.New("rules not programmed yet") }
+
+func install(t *testing.T, m *Manager, bun []byte, activate bool) Attempt {
+	t.Helper()
+	a, err := m.Install(context.Background(), bytes.NewReader(bun), Request{Source: "test", Activate: activate})
+	if err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	return a
+}
+
+func TestGoodUpdateCommitsAndStays(t *testing.T) {
+	g := newGateway(t)
+	if s := g.boot(); s != layout.SlotA {
+		t.Fatalf("factory image boots %s", s)
+	}
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	if st := m.Status(); !st.Available || st.Slots[0].Slot != layout.SlotA || st.Slots[0].State != "committed" {
+		t.Fatalf("factory status: %+v", st)
+	}
+	a := install(t, m, g.bundle(testBoard, "v1.1.0", nil), true)
+	if a.Phase != PhaseTrial || a.To != (Firmware{layout.SlotB, "v1.1.0"}) {
+		t.Fatalf("after Install: %+v", a)
+	}
+	if _, err := m.Install(context.Background(), bytes.NewReader(nil), Request{}); !errors.Is(err, ErrBusy) {
+		t.Errorf("an install while rebooting: %v, want ErrBusy", err)
+	}
+	if st := m.Status(); !st.Slots[0].BootsNext || st.Slots[0].Slot != layout.SlotB || st.Slots[0].State != "trial, 2 of 2 tries left" {
+		t.Errorf("after the switch: %+v", st.Slots)
+	}
+
+	// The trial boot.
+	if s := g.boot(); s != layout.SlotB {
+		t.Fatalf("after the switch the boot loader boots %s", s)
+	}
+	m = g.manager(layout.SlotB, "v1.1.0", healthy)
+	if st := m.Status(); st.Trial == nil || st.Trial.Boot != 1 || st.Trial.Tries != 2 {
+		t.Fatalf("trial boot status: %+v", st.Trial)
+	}
+	if _, err := m.Install(context.Background(), bytes.NewReader(nil), Request{}); !errors.Is(err, ErrBusy) {
+		t.Errorf("an install during the trial: %v, want ErrBusy", err)
+	}
+	m.Start(context.Background())
+	st := m.Status()
+	if st.Trial != nil || st.Pending != nil || len(st.History) != 1 || st.History[0].Phase != PhaseCommitted {
+		t.Fatalf("after a healthy trial: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(g.esp, layout.EntryPath("edgegate-b.conf"))); err != nil {
+		t.Errorf("committed entry: %v", err)
+	}
+	// It stays: the next boots are B without counting, and A is still there to go back to.
+	for range 2 {
+		if s := g.boot(); s != layout.SlotB {
+			t.Fatalf("after the commit the boot loader boots %s", s)
+		}
+	}
+	if _, err := verifySlot(g.esp, layout.SlotA, []bundle.PublicKey{g.pub}); err != nil {
+		t.Errorf("the old slot: %v", err)
+	}
+	m = g.manager(layout.SlotB, "v1.1.0", healthy)
+	if st := m.Status(); st.History[0].Phase != PhaseCommitted || st.Trial != nil {
+		t.Errorf("a later boot: %+v", st)
+	}
+	// The next update goes to A, with the next generation.
+	install(t, m, g.bundle(testBoard, "v1.2.0", nil), true)
+	if s := g.boot(); s != layout.SlotA {
+		t.Fatalf("second update: boot loader boots %s", s)
+	}
+	want := []string{"receiving", "staged", "switched", "trial", "committed", "receiving", "staged", "switched"}
+	if got := strings.Join(g.markers, " "); got != strings.Join(want, " ") {
+		t.Errorf("markers %q, want %q", got, want)
+	}
+}
+
+func TestNeverHealthyRollsBack(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	for boot := 1; boot <= DefaultTries; boot++ {
+		if s := g.boot(); s != layout.SlotB {
+			t.Fatalf("trial boot %d: the boot loader boots %s", boot, s)
+		}
+		before := g.reboots
+		m := g.manager(layout.SlotB, "v1.1.0", never)
+		g.clock = g.clock.Add(time.Second) // past the trial deadline
+		m.Start(context.Background())
+		if g.reboots != before+1 {
+			t.Fatalf("trial boot %d: no reboot after the deadline", boot)
+		}
+	}
+	if s := g.boot(); s != layout.SlotA {
+		t.Fatalf("after %d failed trial boots the boot loader boots %s", DefaultTries, s)
+	}
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	st := m.Status()
+	if st.Pending != nil || len(st.History) != 1 {
+		t.Fatalf("after the rollback: %+v", st)
+	}
+	h := st.History[0]
+	if h.Phase != PhaseRolledBack || !strings.Contains(h.Reason, "did not prove healthy in 2 boot(s)") || !strings.Contains(h.Reason, "rules not programmed yet") {
+		t.Errorf("rollback record: %s %q", h.Phase, h.Reason)
+	}
+	// The spent entry is gone; the old slot boots from now on.
+	for _, s := range st.Slots {
+		if s.Slot == layout.SlotB && s.State != "no boot entry" {
+			t.Errorf("slot B after the rollback: %+v", s)
+		}
+	}
+	if s := g.boot(); s != layout.SlotA {
+		t.Errorf("later boot: %s", s)
+	}
+}
+
+func TestRefusedBundlesWriteNothing(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	before := g.tree()
+	stranger := &gateway{t: t, clock: g.clock}
+	stranger.pub, stranger.key, _ = bundle.GenerateKey(rand.Reader)
+	good := g.bundle(testBoard, "v1.1.0", nil)
+	tamperedKernel := g.bundle(testBoard, "v1.1.0", func(b []byte) {
+		i := bytes.Index(b, []byte("kernel v1.1.0"))
+		b[i] ^= 1
+	})
+	for _, c := range []struct {
+		name   string
+		bundle []byte
+		want   error
+		force  bool
+	}{
+		{"wrong board", g.bundle("qemu-arm64", "v1.1.0", nil), bundle.ErrWrongBoard, false},
+		{"unknown key", stranger.bundle(testBoard, "v1.1.0", nil), bundle.ErrUnknownKey, false},
+		{"tampered kernel", tamperedKernel, bundle.ErrBadDigest, false},
+		{"truncated", good[:len(good)/2], bundle.ErrMalformed, false},
+		{"older", g.bundle(testBoard, "v0.9.0", nil), bundle.ErrNotNewer, false},
+		{"same", g.bundle(testBoard, "v1.0.0", nil), bundle.ErrNotNewer, false},
+		{"not a bundle", []byte("hello"), bundle.ErrMalformed, false},
+	} {
+		a, err := m.Install(context.Background(), bytes.NewReader(c.bundle), Request{Source: c.name, Activate: true, Force: c.force})
+		if !errors.Is(err, ErrRefused) || !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want ErrRefused and %v", c.name, err, c.want)
+		}
+		if a.Reason == "" || a.Phase != PhaseRefused {
+			t.Errorf("%s: recorded as %s %q", c.name, a.Phase, a.Reason)
+		}
+		if after := g.tree(); after != before {
+			t.Errorf("%s: the ESP changed:\nbefore:\n%s\nafter:\n%s", c.name, before, after)
+		}
+	}
+	if g.reboots != 0 {
+		t.Errorf("%d reboots", g.reboots)
+	}
+	st := m.Status()
+	if len(st.History) != 7 || st.Pending != nil {
+		t.Errorf("history after refusals: %d entries, pending %v", len(st.History), st.Pending)
+	}
+	// Force takes an older bundle (a deliberate downgrade), never a bad one.
+	if _, err := m.Install(context.Background(), bytes.NewReader(g.bundle(testBoard, "v0.9.0", nil)), Request{Force: true}); err != nil {
+		t.Errorf("forced downgrade: %v", err)
+	}
+	if _, err := m.Install(context.Background(), bytes.NewReader(tamperedKernel), Request{Force: true}); !errors.Is(err, bundle.ErrBadDigest) {
+		t.Errorf("forced tampered bundle: %v", err)
+	}
+}
+
+// blockingReader hands out data up to cut bytes, then signals and blocks until released.
+type blockingReader struct {
+	r       io.Reader
+	cut     int64
+	n       int64
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingReader) Read(p []byte) (int, error) {
+	if b.n >= b.cut {
+		close(b.reached)
+		<-b.release
+		return 0, errors.New("connection closed")
+	}
+	p = p[:min(int64(len(p)), b.cut-b.n)]
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+// snapshot copies a directory: the disk as it was when the power went.
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(out, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(out, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestPowerCutWhileWriting(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	bun := g.bundle(testBoard, "v1.1.0", nil)
+	br := &blockingReader{r: bytes.NewReader(bun), cut: int64(len(bun)) * 2 / 3, reached: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error)
+	go func() {
+		_, err := m.Install(context.Background(), br, Request{Activate: true})
+		done <- err
+	}()
+	<-br.reached
+	if st := m.Status(); st.Pending == nil || st.Pending.Phase != PhaseReceiving || st.Pending.Bytes == 0 {
+		t.Errorf("while receiving: %+v", st.Pending)
+	}
+	// The power goes now: the disks are what they are at this moment.
+	esp, data := snapshot(t, g.esp), snapshot(t, g.data)
+	close(br.release)
+	<-done
+
+	g2 := &gateway{t: t, esp: esp, data: data, pub: g.pub, key: g.key, clock: g.clock}
+	if s := g2.boot(); s != layout.SlotA {
+		t.Fatalf("after the cut: boots %s", s)
+	}
+	m2 := g2.manager(layout.SlotA, "v1.0.0", healthy)
+	st := m2.Status()
+	if st.Pending != nil || len(st.History) != 1 || st.History[0].Phase != PhaseInterrupted {
+		t.Fatalf("after the cut: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(esp, layout.SlotB.File(layout.InitramfsFile+tempSuffix))); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("partial file left: %v", err)
+	}
+	// The next update goes through.
+	install(t, m2, bun, true)
+	if s := g2.boot(); s != layout.SlotB {
+		t.Errorf("update after the cut: boots %s", s)
+	}
+}
+
+func TestPowerCutWhileStaged(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	a := install(t, m, g.bundle(testBoard, "v1.1.0", nil), false)
+	if a.Phase != PhaseStaged || g.reboots != 0 {
+		t.Fatalf("staged: %+v, %d reboots", a, g.reboots)
+	}
+	// Power cut, boot: still A, still staged.
+	if s := g.boot(); s != layout.SlotA {
+		t.Fatalf("staged update booted: %s", s)
+	}
+	m = g.manager(layout.SlotA, "v1.0.0", healthy)
+	if st := m.Status(); st.Pending == nil || st.Pending.Phase != PhaseStaged {
+		t.Fatalf("after the cut: %+v", st.Pending)
+	}
+	// A slot damaged meanwhile is not switched to.
+	kernel := filepath.Join(g.esp, layout.SlotB.File(layout.KernelFile))
+	good, _ := os.ReadFile(kernel)
+	if err := os.WriteFile(kernel, append(good[:len(good)-1:len(good)-1], 'X'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Activate(); !errors.Is(err, bundle.ErrBadDigest) {
+		t.Errorf("activating a damaged slot: %v", err)
+	}
+	if s := g.boot(); s != layout.SlotA {
+		t.Errorf("after a refused activation: boots %s", s)
+	}
+	// Staged again, then activated.
+	install(t, m, g.bundle(testBoard, "v1.1.0", nil), false)
+	if a, err := m.Activate(); err != nil || a.Phase != PhaseTrial {
+		t.Fatalf("Activate: %+v %v", a, err)
+	}
+	if s := g.boot(); s != layout.SlotB {
+		t.Errorf("after Activate: boots %s", s)
+	}
+}
+
+func TestPowerCutDuringTrialBoot(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g.boot()
+	// The power goes during the first trial boot, before it is healthy.
+	_ = g.manager(layout.SlotB, "v1.1.0", never)
+	if s := g.boot(); s != layout.SlotB {
+		t.Fatalf("second try boots %s", s)
+	}
+	m := g.manager(layout.SlotB, "v1.1.0", healthy)
+	m.Start(context.Background())
+	st := m.Status()
+	h := st.History[0]
+	if h.Phase != PhaseCommitted || h.TrialBoots != 2 {
+		t.Fatalf("after the second try: %s, %d trial boots", h.Phase, h.TrialBoots)
+	}
+	events := ""
+	for _, e := range h.Events {
+		events += e.What + "\n"
+	}
+	for _, want := range []string{"trial boot 1 of 2 started", "trial boot 2 of 2 started", "healthy"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("events lack %q:\n%s", want, events)
+		}
+	}
+}
+
+func TestPowerCutAroundCommit(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g.boot()
+	// The commit renamed the entry, and the power went before the state file was written.
+	stateBefore := snapshot(t, g.data)
+	m := g.manager(layout.SlotB, "v1.1.0", healthy)
+	m.Start(context.Background())
+	g.data = stateBefore
+	if s := g.boot(); s != layout.SlotB {
+		t.Fatalf("after the commit: boots %s", s)
+	}
+	st := g.manager(layout.SlotB, "v1.1.0", healthy).Status()
+	if st.Trial != nil || st.Pending != nil || st.History[0].Phase != PhaseCommitted {
+		t.Fatalf("state after the cut: %+v", st)
+	}
+}
+
+func TestTrialWithoutStateFile(t *testing.T) {
+	g := newGateway(t)
+	g.boot()
+	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g.boot()
+	// A new data partition: the ESP alone says this is a trial boot.
+	g.data = t.TempDir()
+	m := g.manager(layout.SlotB, "v1.1.0", healthy)
+	m.Start(context.Background())
+	st := m.Status()
+	if h := st.History[0]; h.Phase != PhaseCommitted || h.From != (Firmware{layout.SlotA, "v1.0.0"}) {
+		t.Fatalf("commit without a state file: %+v", h)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	g := newGateway(t)
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no slot", Options{ESP: DirESP(g.esp), Keys: []bundle.PublicKey{g.pub}}, "did not boot from an A/B disk"},
+		{"no keys", Options{ESP: DirESP(g.esp), Slot: layout.SlotA}, "trusts no signing keys"},
+		{"no entry", Options{ESP: DirESP(g.esp), Slot: layout.SlotB, Keys: []bundle.PublicKey{g.pub}}, "running slot b has no boot entry"},
+	} {
+		m := New(c.opts)
+		st := m.Status()
+		if st.Available || !strings.Contains(st.Problem, c.want) {
+			t.Errorf("%s: %+v", c.name, st)
+		}
+		if _, err := m.Install(context.Background(), bytes.NewReader(nil), Request{}); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Install: %v", c.name, err)
+		}
+	}
+}
+
+func TestLoadKeys(t *testing.T) {
+	dir := t.TempDir()
+	pub, _, _ := bundle.GenerateKey(rand.Reader)
+	if err := os.WriteFile(filepath.Join(dir, pub.ID+".pub"), pub.Marshal(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := LoadKeys(dir)
+	if err != nil || len(keys) != 1 || keys[0].ID != pub.ID {
+		t.Fatalf("LoadKeys: %v %v", keys, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "broken.pub"), []byte("nope"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKeys(dir); err == nil || !strings.Contains(err.Error(), "broken.pub") {
+		t.Errorf("a broken key file: %v", err)
+	}
+	if keys, err := LoadKeys(filepath.Join(dir, "missing")); err != nil || len(keys) != 0 {
+		t.Errorf("no key directory: %v %v", keys, err)
+	}
+}

@@ -1,0 +1,117 @@
+package update
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/edgegate/edgegate/firmware/layout"
+)
+
+// Status is what the dashboard and the API show of the updater.
+type Status struct {
+	// Available says this gateway can update itself; Problem says why not.
+	Available bool   `json:"available"`
+	Problem   string `json:"problem,omitempty"`
+	Board     string `json:"board"`
+	// Version and Slot are the running firmware's.
+	Version string      `json:"version"`
+	Slot    layout.Slot `json:"slot,omitempty"`
+	// Slots describe both slots as the boot loader sees them, the one that boots next first.
+	Slots []SlotStatus `json:"slots"`
+	// Trial is set while this boot is the new firmware's trial.
+	Trial *Trial `json:"trial,omitempty"`
+	// Rebooting says a switch or a failed trial is about to reboot the gateway.
+	Rebooting bool      `json:"rebooting,omitempty"`
+	Pending   *Attempt  `json:"pending,omitempty"`
+	History   []Attempt `json:"history"`
+	// Problems are boot entries that were ignored, by file.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// SlotStatus is one slot.
+type SlotStatus struct {
+	Slot layout.Slot `json:"slot"`
+	// Firmware is the version its entry names; empty without an entry.
+	Firmware   string `json:"firmware,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+	Entry      string `json:"entry,omitempty"`
+	// State: "committed", "trial, N tries left", "bad (no tries left)" or "no boot entry".
+	State   string `json:"state"`
+	Running bool   `json:"running"`
+	// BootsNext says the boot loader picks this slot at the next boot.
+	BootsNext bool `json:"bootsNext"`
+}
+
+// Trial is a trial boot in progress.
+type Trial struct {
+	Boot     int       `json:"boot"`
+	Tries    int       `json:"tries"`
+	Started  time.Time `json:"started"`
+	Deadline time.Time `json:"deadline"`
+	// Waiting says what health still lacks.
+	Waiting string `json:"waiting,omitempty"`
+}
+
+// Status returns the updater's state, with the slots as they are on the ESP now.
+func (m *Manager) Status() Status {
+	m.mu.Lock()
+	s := Status{Available: m.problem == "", Problem: m.problem, Board: m.opts.Board, Version: m.opts.Version,
+		Slot: m.opts.Slot, Rebooting: m.rebooting, History: slices.Clone(m.state.History)}
+	if p := m.state.Pending; p != nil {
+		c := *p
+		c.Events = slices.Clone(p.Events)
+		s.Pending = &c
+	}
+	if t := m.trial; t != nil {
+		s.Trial = &Trial{Boot: t.entry.entry.Tries.Done, Tries: t.entry.entry.Tries.Left + t.entry.entry.Tries.Done,
+			Started: t.started, Deadline: t.deadline, Waiting: t.waiting}
+	}
+	m.mu.Unlock()
+	if s.History == nil {
+		s.History = []Attempt{}
+	}
+	if m.opts.ESP == nil {
+		return s
+	}
+	entries, problems, err := readEntries(m.opts.ESP.Root())
+	if err != nil {
+		s.Problems = append(s.Problems, err.Error())
+		return s
+	}
+	s.Problems = append(s.Problems, problems...)
+	var all []layout.Entry
+	for _, e := range entries {
+		all = append(all, e.entry)
+	}
+	next := layout.Slot("")
+	if ordered := layout.Order(all); len(ordered) > 0 {
+		next = ordered[0].Slot
+	}
+	for _, slot := range layout.Slots {
+		ss := SlotStatus{Slot: slot, Running: slot == m.opts.Slot, State: "no boot entry"}
+		if e, ok := entryFor(entries, slot); ok {
+			ss.Firmware, ss.Generation, ss.Entry = e.entry.Firmware, e.entry.Generation, e.file
+			ss.BootsNext = slot == next
+			switch t := e.entry.Tries; {
+			case t == nil:
+				ss.State = "committed"
+			case t.Bad():
+				ss.State = "bad (no tries left)"
+			default:
+				ss.State = fmt.Sprintf("trial, %d of %d tries left", t.Left, t.Left+t.Done)
+			}
+		}
+		s.Slots = append(s.Slots, ss)
+	}
+	slices.SortStableFunc(s.Slots, func(a, b SlotStatus) int {
+		if a.BootsNext != b.BootsNext {
+			if a.BootsNext {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return s
+}
