@@ -18,6 +18,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
+	"github.com/edgegate/edgegate/daemon/update"
 )
 
 // Config is the daemon's configuration. Flags use kube-proxy's spelling where the meaning is
@@ -46,6 +47,8 @@ type Config struct {
 	Conntrack ConntrackConfiguration `json:"conntrack"`
 	// LoadBalancer announces, and may allocate, LoadBalancer IPs on the site's segment.
 	LoadBalancer LoadBalancerConfiguration `json:"loadBalancer"`
+	// Update is how the firmware tries a new slot after an update (firmware only).
+	Update UpdateConfiguration `json:"update"`
 
 	// The cluster: a kubeconfig, or the API server with a bearer token file and its CA.
 	Kubeconfig   string  `json:"kubeconfig"`
@@ -84,6 +87,13 @@ type ConntrackConfiguration struct {
 	TCPBeLiberal          bool     `json:"tcpBeLiberal"`
 	UDPTimeout            Duration `json:"udpTimeout"`
 	UDPStreamTimeout      Duration `json:"udpStreamTimeout"`
+}
+
+// UpdateConfiguration is the firmware update's trial boot: how many boots a new firmware
+// gets, and how long each may take to become healthy before it reboots.
+type UpdateConfiguration struct {
+	Tries        int      `json:"tries"`
+	TrialTimeout Duration `json:"trialTimeout"`
 }
 
 // LoadBalancerConfiguration is the LoadBalancer IP part: the pools, their announcement
@@ -147,6 +157,7 @@ func defaults() Config {
 		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
 		LoadBalancer: LoadBalancerConfiguration{HeartbeatPort: member.DefaultPort,
 			HeartbeatInterval: Duration{member.DefaultInterval}, HeartbeatTimeout: Duration{member.DefaultTimeout}},
+		Update: UpdateConfiguration{Tries: update.DefaultTries, TrialTimeout: Duration{update.DefaultTrialTimeout}},
 		Conntrack: ConntrackConfiguration{MaxPerCore: conntrack.DefaultTuning.MaxPerCore, Min: conntrack.DefaultTuning.Min,
 			TCPEstablishedTimeout: Duration{conntrack.DefaultTuning.TCPEstablished}, TCPCloseWaitTimeout: Duration{conntrack.DefaultTuning.TCPCloseWait}},
 
@@ -235,6 +246,8 @@ func parseConfig(args []string) (Config, error) {
 	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatInterval}, "lb-heartbeat-interval", "time between heartbeats")
 	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatTimeout}, "lb-heartbeat-timeout", "silence after which a gateway's LoadBalancer IPs move to the others")
 	fs.StringVar(&c.LoadBalancer.KeyFile, "lb-key-file", c.LoadBalancer.KeyFile, "file with the site's heartbeat key (signs heartbeats); empty: unsigned")
+	fs.IntVar(&c.Update.Tries, "update-tries", c.Update.Tries, "firmware: boots a new firmware gets to prove healthy before the old slot comes back")
+	fs.Var(durationFlag{&c.Update.TrialTimeout}, "update-trial-timeout", "firmware: how long a new firmware's boot may take to become healthy (network up, source loaded, rules programmed) before it reboots")
 	fs.IntVar(&c.Conntrack.MaxPerCore, "conntrack-max-per-core", c.Conntrack.MaxPerCore, "connection tracking entries per CPU (nf_conntrack_max, raised, never lowered); 0 leaves the table size alone")
 	fs.IntVar(&c.Conntrack.Min, "conntrack-min", c.Conntrack.Min, "least nf_conntrack_max, whatever the CPUs")
 	fs.Var(durationFlag{&c.Conntrack.TCPEstablishedTimeout}, "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
@@ -310,6 +323,12 @@ func (c *Config) validate() error {
 		if _, err := netip.ParsePrefix(p); err != nil {
 			errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
 		}
+	}
+	if c.Update.Tries < 1 || c.Update.Tries > 9 {
+		errs = append(errs, fmt.Errorf("--update-tries (update.tries): %d, want 1 to 9", c.Update.Tries))
+	}
+	if c.Update.TrialTimeout.Duration < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--update-trial-timeout (update.trialTimeout): %s, want at least 10s (a boot takes seconds)", c.Update.TrialTimeout))
 	}
 	if err := validDashboardAddress(c.DashboardBindAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--dashboard-bind-address (dashboardBindAddress): %w", err))

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,7 +43,8 @@ func main() {
 		pid1.Main(func(m *pid1.Machine, args []string) (func(context.Context) error, error) {
 			cfg, err := parseConfig(args)
 			m.SetLogLevel(cfg.LogLevel)
-			return func(ctx context.Context) error { return run(ctx, cfg, m.Log(), m.Ready) }, err
+			fw := firmwareFor(m, cfg, err)
+			return func(ctx context.Context) error { return run(ctx, cfg, m.Log(), fw) }, err
 		})
 	}
 	cfg, err := parseConfig(os.Args[1:])
@@ -128,9 +130,10 @@ func planConfig(cfg Config) (plan.Config, error) {
 	return pc, nil
 }
 
-// run is the daemon. ready, if set, is called after every successful sync (PID 1 prints its
-// readiness marker on the first).
-func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error {
+// run is the daemon. fw is set when it is the gateway's firmware (PID 1): it is told of
+// every successful sync (PID 1 prints its readiness marker on the first), answers the
+// updater's health check while it runs, and serves the updater on the dashboard.
+func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error {
 	pc, err := planConfig(cfg)
 	if err != nil {
 		return err
@@ -159,6 +162,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	if lbs != nil && lbs.group != nil {
 		// A draining gateway hands its LoadBalancer IPs to its peers first.
 		dr.follow(lbs.group.SetDraining)
+	}
+	if dash != nil && fw != nil {
+		dash.ServeUpdates(fw.updates)
 	}
 	if dash != nil {
 		dr.changed = dash.ShowDrain
@@ -193,6 +199,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	}
 	var r *runner.Runner
 	var cl *joined // nil when standalone
+	// What a trial boot's health check asks of the daemon (see daemonHealth).
+	var sourceLoaded, programmed atomic.Bool
 	var tuned sync.Once
 	r = runner.New("sync", func() {
 		if err := p.Sync(); err != nil {
@@ -205,8 +213,12 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		if cl != nil {
 			cl.synced()
 		}
-		if ready != nil {
-			ready()
+		// A sync that began before the source's first load programmed nothing of it.
+		if sourceLoaded.Load() {
+			programmed.Store(true)
+		}
+		if fw != nil {
+			fw.ready()
 		}
 	}, cfg.MinSyncPeriod.Duration, time.Second, min(cfg.SyncPeriod.Duration, cfg.FullSyncPeriod.Duration), runner.RealClock())
 	changed := func() {
@@ -265,6 +277,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 	health.Updated(time.Now())
 	switch {
 	case cl != nil:
+		// The cluster source's own state (synced, from the cache) is in the health check.
+		sourceLoaded.Store(true)
 		log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "cluster", cfg.clusterServer(), "stateDir", cfg.StateDir)
 		for name, fn := range cl.components(r.Run) {
 			start(name, func() error { fn(ctx); return nil })
@@ -275,6 +289,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		start("manifests", func() error {
 			return dir.Run(ctx, tracker, func() {
 				m.SetManifestProblems(len(dir.Problems()))
+				sourceLoaded.Store(true)
 				changed()
 			})
 		})
@@ -287,8 +302,30 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready func()) error 
 		}
 		log.Info("standalone mode on the embedded demo manifests", "services", len(services), "endpointslices", len(slices))
 		tracker.Replace(services, slices)
+		sourceLoaded.Store(true)
 		changed()
 		start("sync", func() error { r.Run(ctx); return nil })
+	}
+
+	if fw != nil {
+		fw.health.set(func() error {
+			switch {
+			case !sourceLoaded.Load():
+				return errors.New("the Services and EndpointSlices have not loaded yet")
+			case !programmed.Load():
+				return errors.New("the rules are not programmed yet")
+			}
+			if cl != nil {
+				if lk := cl.source.Link(); !lk.Synced || lk.FromCache {
+					return errors.New("cluster: not synced with the API server yet")
+				}
+				if !cl.member.Status().Registered {
+					return errors.New("cluster: the Node is not registered yet")
+				}
+			}
+			return nil
+		})
+		defer fw.health.set(nil)
 	}
 
 	select {

@@ -194,8 +194,48 @@ function renderLB() {
     el("table", {}, ...rows));
 }
 
+// Firmware slots and updates: which slot runs and which boots next, a trial in progress,
+// the update being received, and the history. The form uploads a signed bundle.
+function renderUpdate() {
+  const u = state.update;
+  $("update-section").hidden = !u;
+  if (!u) return;
+  $("update-form").hidden = !u.available;
+  const rows = [el("tr", {}, el("th", {}, "slot"), el("th", {}, "firmware"), el("th", { class: "wide" }, "state"))];
+  for (const s of u.slots || []) {
+    rows.push(el("tr", { "data-slot": s.slot }, el("td", {}, s.slot.toUpperCase()), el("td", {}, s.firmware || "-"),
+      el("td", { class: "wide" }, s.state, s.running ? badge("running", "ok") : "", s.bootsNext ? badge("boots next", "warn") : "")));
+  }
+  const out = [el("p", { class: "mute" }, `${u.version} on ${u.board}` + (u.slot ? `, slot ${u.slot.toUpperCase()}` : ""))];
+  if (!u.available) out.push(el("p", { class: "mute" }, "updates unavailable: " + u.problem));
+  if (u.trial) out.push(el("p", {}, badge(`trial boot ${u.trial.boot} of ${u.trial.tries}`, "warn"), ` commits when healthy, else reboots ${ago(u.trial.deadline).replace(" ago", "")} · waiting for: ${u.trial.waiting || "-"}`));
+  const p = u.pending;
+  if (p) out.push(el("p", { id: "update-pending" }, badge(p.phase, "warn"), ` ${p.from.version} → ${p.to.version || "?"} (slot ${p.to.slot.toUpperCase()}) · ${fmtNum(p.bytes)} bytes from ${p.source}`));
+  if (u.rebooting) out.push(el("p", {}, badge("rebooting", "warn")));
+  out.push(el("table", {}, ...rows));
+  const hist = (u.history || []).slice(0, 5).map((a) => el("li", {}, badge(a.phase, a.phase === "committed" ? "ok" : "bad"),
+    ` ${a.started.slice(0, 19).replace("T", " ")} ${a.from.version} → ${a.to.version || "?"} (${a.source})`, a.reason ? el("div", { class: "error" }, a.reason) : ""));
+  if (hist.length) out.push(el("ul", { id: "update-history" }, ...hist));
+  $("update").replaceChildren(...out);
+}
+
+async function updateSubmitted(ev) {
+  ev.preventDefault();
+  const f = $("bundle-file").files[0];
+  if (!f) return;
+  const b = $("update-form").querySelector("button");
+  b.disabled = true;
+  try {
+    const r = await fetch("api/update", { method: "POST", body: f });
+    const ans = await r.json().catch(() => ({}));
+    if (!r.ok) $("update").append(el("p", { class: "error" }, "update refused: " + (ans.error || r.status)));
+  } finally {
+    b.disabled = false;
+  }
+}
+
 const renderers = {
-  loadBalancer: renderLB,
+  loadBalancer: renderLB, update: renderUpdate,
   drain: renderDrain, firmware: renderFirmware, cluster: renderCluster, services: renderServices,
   traffic: () => { onTraffic(); renderServices(); }, syncs: renderSyncs, network: renderNetwork, logs: renderLogs,
 };
@@ -252,6 +292,7 @@ if (token) {
   history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
 }
 $("drain").addEventListener("click", drainClicked);
+$("update-form").addEventListener("submit", updateSubmitted);
 connect(token);
 setInterval(renderCluster, 5000); // the "ago" times move without messages
 // The hub pushes counters only when they change: silence means a rate of zero.

@@ -162,6 +162,7 @@ type Dashboard struct {
 	drain       func(on bool) bool
 	drainState  DrainState
 	lb          func() any
+	updater     Updater
 }
 
 // New returns a dashboard; Run starts its samplers, Serve its HTTP server.

@@ -45,6 +45,10 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /api/network", d.serveNetwork)
 	mux.HandleFunc("GET /api/logs", d.serveLogs)
 	mux.HandleFunc("POST /api/drain", d.serveDrain)
+	mux.HandleFunc("GET /api/update", d.serveUpdateStatus)
+	mux.HandleFunc("POST /api/update", d.serveUpdate)
+	mux.HandleFunc("POST /api/update/activate", d.serveActivate)
+	mux.HandleFunc("POST /api/update/cancel", d.serveCancel)
 	mux.Handle("GET /", http.FileServerFS(webui.Files))
 	return d.guard(mux)
 }
@@ -97,7 +101,7 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 }
 
 // actions are the paths that change something: POST only, token required, logged.
-var actions = map[string]bool{"/api/drain": true}
+var actions = map[string]bool{"/api/drain": true, "/api/update": true, "/api/update/activate": true, "/api/update/cancel": true}
 
 // serveDrain is the operator's drain action: on=1 drains the gateway (its /healthz fails,
 // so external load balancers steer away, and its Node turns not ready; the rules stay and

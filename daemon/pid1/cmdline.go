@@ -7,6 +7,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/edgegate/edgegate/firmware/layout"
 )
 
 // Cmdline is what PID 1 reads from the kernel command line (/proc/cmdline).
@@ -24,6 +26,9 @@ type Cmdline struct {
 	// Data is edgegate.data=: where the persistent data partition is; zero means the
 	// default search (see findDataPartition).
 	Data DataSpec
+	// Slot is edgegate.slot=: the A/B firmware slot the boot loader booted (its entry's
+	// options name it, see firmware/layout).
+	Slot layout.Slot
 	// Token is edgegate.token=: a bearer (bootstrap) token for the API server, which PID 1
 	// writes to a file for the daemon. It prints as <redacted>, so logging a Cmdline never
 	// leaks it.
@@ -77,6 +82,13 @@ func ParseCmdline(s string) Cmdline {
 				continue
 			}
 			c.Data = d
+		case layout.SlotParam:
+			slot, err := layout.ParseSlot(value)
+			if err != nil {
+				c.Problems = append(c.Problems, fmt.Sprintf("%s=%s: %v", layout.SlotParam, value, err))
+				continue
+			}
+			c.Slot = slot
 		case "edgegate.token":
 			// The value never goes into a problem: Problems are logged.
 			if value == "" {

@@ -143,6 +143,9 @@ func (m *Machine) configureNetwork(ctx context.Context) {
 		}
 	}
 	plan := m.networkPlan()
+	m.netMu.Lock()
+	m.netPlan = plan
+	m.netMu.Unlock()
 	var dhcpDevs []string
 	for _, c := range plan {
 		if !slices.Contains(nics, c.Dev) {
@@ -177,6 +180,7 @@ func (m *Machine) configureStatic(c IPConfig) {
 		return
 	}
 	m.console.marker("EDGEGATE-NET-UP %s %s", c.Dev, c.Addr)
+	m.netConfigured(c)
 	if c.Gateway.IsValid() {
 		if err := m.sys.Links.ReplaceDefaultRoute(c.Dev, c.Gateway); err != nil {
 			m.log.Error("adding the default route failed", "dev", c.Dev, "gateway", c.Gateway, "err", err)
@@ -213,6 +217,7 @@ func (m *Machine) applyLease(dev string, l Lease, announce bool) error {
 	if announce {
 		m.console.marker("EDGEGATE-NET-UP %s %s", dev, l.Address)
 	}
+	m.netConfigured(IPConfig{Dev: dev, DHCP: true})
 	if l.Router.IsValid() {
 		if err := m.sys.Links.ReplaceDefaultRoute(dev, l.Router); err != nil {
 			return fmt.Errorf("default route via %s: %w", l.Router, err)

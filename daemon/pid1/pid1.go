@@ -96,6 +96,11 @@ type Machine struct {
 	cmdline   Cmdline
 	mounted   []Mount
 	tokenFile string // where writeToken put edgegate.token; empty without one
+	espDev    string // the mounted EFI system partition's device; empty without one
+	espMu     sync.Mutex
+	netMu     sync.Mutex
+	netPlan   []IPConfig      // what configureNetwork was asked to bring up
+	netUp     map[string]bool // which of netPlan is up, by IPConfig.String
 	// skipDataConfig: the data partition's config.yaml was refused; the image's is used.
 	skipDataConfig bool
 	leases         []*leaseKeeper
@@ -177,7 +182,7 @@ func bootFailed(sys System, err error) {
 
 // Boot brings the machine up to a configured network: file systems, logging to the kernel
 // log, the reaper, the watchdog, the kernel command line (and its bootstrap token), modules,
-// the persistent data partition, forwarding and network. Only a
+// the persistent data partition, the EFI system partition, forwarding and network. Only a
 // failure of an essential step (a mount in the table marked so, or reading the command
 // line) returns an error; everything else is logged by name and boot goes on.
 func Boot(sys System) (*Machine, error) {
@@ -222,6 +227,7 @@ func Boot(sys System) (*Machine, error) {
 	m.console.marker("EDGEGATE-MODULES-LOADED n=%d failed=%d", mods.Loaded, len(mods.Failed))
 	// After the modules: the disk's driver (virtio_blk) and, on generic kernels, ext4.
 	m.mountData()
+	m.mountESP()
 
 	m.configureNetwork(context.Background())
 	m.log.Info("boot done", "kernel", sys.KernelRelease, "took", since(start))
