@@ -97,3 +97,6 @@ include board/firmware.mk
 
 # Signed update bundles: make keys, make bundle BOARD=...
 include firmware/bundle.mk
+
+# Bootable disk images: make image BOARD=...
+include firmware/image.mk

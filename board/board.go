@@ -60,6 +60,24 @@ type QEMU struct {
 	MemoryMiB int `json:"memoryMiB"`
 	// NIC is the -device model used for each guest network interface, e.g. virtio-net-pci.
 	NIC string `json:"nic"`
+	// UEFI is how the board boots a disk image through UEFI firmware under QEMU (the A/B
+	// slots and systemd-boot of firmware/image); nil when it is only booted with -kernel.
+	UEFI *UEFI `json:"uefi,omitempty"`
+}
+
+// UEFI is the board's UEFI firmware under QEMU: a code volume and a variable store (NVRAM)
+// as two pflash drives, from a Debian package.
+type UEFI struct {
+	// Package is the Debian package that ships Code and Vars, e.g. ovmf.
+	Package string `json:"package"`
+	// Code is the firmware's code volume, attached read-only.
+	Code string `json:"code"`
+	// Vars is the template of the variable store: every VM gets a copy of its own, which
+	// the firmware writes (boot options) and which persists across the VM's starts.
+	Vars string `json:"vars"`
+	// Machine, when set, replaces the board's -M for UEFI boots (OVMF wants q35 where the
+	// -kernel boots use pc).
+	Machine string `json:"machine,omitempty"`
 }
 
 // moduleSet is the content of board/modules/<set>.yaml.
@@ -138,6 +156,26 @@ func (b Board) KernelArgs() []string {
 	return []string{"console=" + b.Console, "panic=-1", "quiet"}
 }
 
+func (u *UEFI) validate() error {
+	if u == nil {
+		return nil
+	}
+	if u.Package == "" {
+		return errors.New("package is required")
+	}
+	for _, f := range []struct{ name, path string }{{"code", u.Code}, {"vars", u.Vars}} {
+		// QEMU's -drive splits on commas, and a relative path would depend on the caller's
+		// directory.
+		if !path.IsAbs(f.path) || path.Clean(f.path) != f.path || strings.Contains(f.path, ",") {
+			return fmt.Errorf("%s %q: want a clean absolute path without commas", f.name, f.path)
+		}
+	}
+	if u.Code == u.Vars {
+		return fmt.Errorf("code and vars are the same file %s", u.Code)
+	}
+	return nil
+}
+
 func (b Board) validate() error {
 	switch b.Arch {
 	case "amd64", "arm64":
@@ -156,6 +194,9 @@ func (b Board) validate() error {
 	}
 	if q.MemoryMiB < 128 {
 		return fmt.Errorf("qemu: memoryMiB %d: want at least 128", q.MemoryMiB)
+	}
+	if err := q.UEFI.validate(); err != nil {
+		return fmt.Errorf("qemu: uefi: %w", err)
 	}
 	mods, err := b.AllModules()
 	if err != nil {

@@ -80,3 +80,50 @@ func TestAllModulesKeepsOrderAndDropsDuplicates(t *testing.T) {
 		t.Fatal("AllModules with an unknown set succeeded")
 	}
 }
+
+func TestQEMUBoardsBootUEFI(t *testing.T) {
+	// The disk image tests (qemu/image_test.go) boot these two through UEFI.
+	for _, name := range []string{"qemu-x86_64", "qemu-arm64"} {
+		b, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.QEMU.UEFI == nil {
+			t.Errorf("%s: no qemu.uefi section", name)
+		}
+	}
+}
+
+func TestUEFIValidate(t *testing.T) {
+	good := UEFI{Package: "ovmf", Code: "/usr/share/OVMF/OVMF_CODE_4M.fd", Vars: "/usr/share/OVMF/OVMF_VARS_4M.fd", Machine: "q35"}
+	if err := good.validate(); err != nil {
+		t.Fatalf("%+v: %v", good, err)
+	}
+	for name, tc := range map[string]struct {
+		edit func(*UEFI)
+		want string
+	}{
+		"no package":     {func(u *UEFI) { u.Package = "" }, "package is required"},
+		"relative code":  {func(u *UEFI) { u.Code = "OVMF_CODE_4M.fd" }, `code "OVMF_CODE_4M.fd"`},
+		"unclean vars":   {func(u *UEFI) { u.Vars = "/usr/share/OVMF/../OVMF/OVMF_VARS_4M.fd" }, "vars"},
+		"comma in vars":  {func(u *UEFI) { u.Vars = "/tmp/a,b.fd" }, `vars "/tmp/a,b.fd"`},
+		"no vars":        {func(u *UEFI) { u.Vars = "" }, `vars ""`},
+		"code is vars":   {func(u *UEFI) { u.Vars = u.Code }, "the same file"},
+		"machine absent": {func(u *UEFI) { u.Machine = "" }, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			u := good
+			tc.edit(&u)
+			err := u.validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("%+v: %v", u, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%+v: %v, want an error with %q", u, err, tc.want)
+			}
+		})
+	}
+}

@@ -2,8 +2,11 @@
 # GO, GOFLAGS and LDFLAGS).
 #
 #   make firmware BOARD=qemu-x86_64   kernel + initramfs in out/firmware/<board>/:
-#                                     vmlinuz, initramfs.cpio.gz, build.json (what went in)
-#   make deps-qemu                    QEMU for both architectures (Debian packages)
+#                                     vmlinuz, initramfs.cpio.gz, build.json (what went in);
+#                                     the initramfs trusts out/keys/firmware.pub for updates
+#                                     (made first by `make keys` when missing)
+#   make deps-qemu                    QEMU for both architectures and their UEFI firmware,
+#                                     and the disk image tools (Debian packages)
 #   make test-firmware                the board, initramfs, PID 1 and QEMU tests: every board
 #                                     booted with a stand-in init, and the QEMU boards booted
 #                                     with the real firmware (edgegate as PID 1)
@@ -22,13 +25,24 @@ FIRMWARE_INIT   = out/bin/linux-$(BOARD_ARCH)/edgegate
 
 .PHONY: firmware deps-qemu test-firmware
 
-firmware:
+# keys keeps an existing key pair: the firmware trusts the key that signs its updates.
+firmware: keys
 	@if [ ! -f board/$(BOARD)/board.yaml ]; then echo "unknown BOARD=$(BOARD); boards: $(BOARDS)" >&2; exit 1; fi
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(BOARD_ARCH) $(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(FIRMWARE_INIT) ./daemon
-	$(GO) run ./initramfs/cmd/mkinitramfs -board $(BOARD) -init $(FIRMWARE_INIT) -cache $(KERNEL_CACHE) -out $(FIRMWARE_DIR)
+	$(GO) run ./initramfs/cmd/mkinitramfs -board $(BOARD) -init $(FIRMWARE_INIT) -cache $(KERNEL_CACHE) \
+		-update-key $(KEYS_DIR)/firmware.pub -out $(FIRMWARE_DIR)
 
-deps-qemu:
-	@hack/deps.sh qemu-system-x86:qemu-system-x86_64 qemu-system-arm:qemu-system-aarch64 e2fsprogs:mke2fs
+# The UEFI firmware packages ship files, not commands, so hack/deps.sh cannot check them:
+# the boards' qemu.uefi sections name the files (Debian's ovmf and qemu-efi-aarch64).
+UEFI_FILES := /usr/share/OVMF/OVMF_CODE_4M.fd:ovmf /usr/share/AAVMF/AAVMF_CODE.fd:qemu-efi-aarch64
+
+deps-qemu: deps-image
+	@hack/deps.sh qemu-system-x86:qemu-system-x86_64 qemu-system-arm:qemu-system-aarch64 e2fsprogs:mke2fs fdisk:sfdisk
+	@missing=; for fp in $(UEFI_FILES); do [ -f $${fp%%:*} ] || missing="$$missing $${fp#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then echo "missing Debian packages:$$missing (run as root, or install them)" >&2; exit 1; fi; \
+		echo "installing Debian packages:$$missing"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 
 # TestBootSmoke boots every board with the harness's stand-in PID 1 (every module of the
 # board loaded, a Go test binary run in the guest). TestFirmwareBoot boots qemu-x86_64 and
@@ -39,7 +53,11 @@ deps-qemu:
 # traffic matrix inside the guest: in full on qemu-x86_64, a smoke subset on qemu-arm64, plus
 # the schedulers, IPVS counters, graceful termination and switching among the three modes.
 # The boards boot side by side: on 2 cores that was faster (43 s) than one after the other
-# (60 s); TestIPVS takes about 70 s more. Under CI=true a missing QEMU or kernel fails,
+# (60 s); TestIPVS takes about 70 s more. TestDiskImage (qemu/image_test.go) builds disk
+# images (make image's) with a test update key and boots them through UEFI (OVMF, AAVMF):
+# systemd-boot boots slot A; a slot B on trial that cannot boot is tried once, the machine
+# reboots into A by itself and the entry on the disk says edgegate-b+0-1.conf (about 105 s
+# for both boards). Under CI=true a missing QEMU, UEFI firmware, tool or kernel fails,
 # never skips.
 test-firmware: deps-qemu
 	@hack/require-root.sh

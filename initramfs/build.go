@@ -6,10 +6,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/board/debian"
+	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/layout"
 )
 
 // Where things go in the image (the firmware contract).
@@ -43,6 +46,9 @@ type Spec struct {
 	// booted with edgegate.test=1; TestArgs is its argument line.
 	TestBinary string
 	TestArgs   []string
+	// UpdateKeys are public key files (firmware/bundle's format) of the keys whose update
+	// bundles the firmware accepts, each baked in as layout.KeysDir/<key ID>.pub.
+	UpdateKeys []string
 }
 
 // Build resolves the board's modules against the kernel and assembles the image.
@@ -82,6 +88,9 @@ func Build(spec Spec) (*Image, Modules, error) {
 		if err := addManifests(im, spec.Manifests); err != nil {
 			return nil, Modules{}, err
 		}
+	}
+	if err := addUpdateKeys(im, spec.UpdateKeys); err != nil {
+		return nil, Modules{}, err
 	}
 	if spec.TestBinary != "" {
 		if err := addBinary(im, testPath, spec.TestBinary, spec.Board.Arch); err != nil {
@@ -156,4 +165,36 @@ func addManifests(im *Image, dir string) error {
 		return fmt.Errorf("initramfs: manifests: no *.yaml, *.yml or *.json files in %s", dir)
 	}
 	return nil
+}
+
+// addUpdateKeys checks each public key file and adds it under layout.KeysDir by its key ID.
+// A file that does not parse fails the build: a firmware that lacks a key it was meant to
+// trust would refuse every update signed with it, and could then only be reinstalled.
+func addUpdateKeys(im *Image, files []string) error {
+	var ids []string
+	for _, f := range files {
+		k, err := bundle.ReadPublicKeyFile(f)
+		if err != nil {
+			return fmt.Errorf("initramfs: update key: %w", err)
+		}
+		if slices.Contains(ids, k.ID) {
+			return fmt.Errorf("initramfs: update key %s: key %s is given twice", f, k.ID)
+		}
+		ids = append(ids, k.ID)
+		if err := im.Add(path.Join(layout.KeysDir, k.ID+".pub"), k.Marshal(), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateKeyIDs returns the IDs of the update keys among an image's paths (Image.Paths).
+func UpdateKeyIDs(paths []string) []string {
+	ids := []string{}
+	for _, p := range paths {
+		if dir, name := path.Split(p); dir == layout.KeysDir+"/" && strings.HasSuffix(name, ".pub") {
+			ids = append(ids, strings.TrimSuffix(name, ".pub"))
+		}
+	}
+	return ids
 }

@@ -22,7 +22,7 @@ const (
 )
 
 // FirmwareSpec says what firmware to build: Spec without the kernel, which BuildFirmware
-// fetches, plus where the kernel cache and the output are.
+// fetches, plus where the kernel cache and the output are. The fields mean what Spec's do.
 type FirmwareSpec struct {
 	Board      board.Board
 	Init       string
@@ -30,6 +30,7 @@ type FirmwareSpec struct {
 	Manifests  string
 	TestBinary string
 	TestArgs   []string
+	UpdateKeys []string
 	// CacheDir holds unpacked kernel packages between builds (out/kernels).
 	CacheDir string
 	// OutDir receives vmlinuz, initramfs.cpio.gz and build.json.
@@ -47,6 +48,9 @@ type BuildInfo struct {
 	Init      Digest        `json:"init"`
 	Vmlinuz   Digest        `json:"vmlinuz"`
 	Initramfs Digest        `json:"initramfs"`
+	// UpdateKeys are the IDs of the public keys baked in (layout.KeysDir), sorted: the
+	// keys whose update bundles this firmware accepts.
+	UpdateKeys []string `json:"updateKeys"`
 	// Files are the initramfs's file paths, sorted.
 	Files []string `json:"files"`
 }
@@ -88,7 +92,7 @@ func BuildFirmware(ctx context.Context, log *slog.Logger, spec FirmwareSpec) (Fi
 	log.Info("kernel", "board", b.Name, "package", kernel.Package, "version", kernel.Version, "release", kernel.Release)
 	im, mods, err := Build(Spec{
 		Board: b, Kernel: kernel, Init: spec.Init, Config: spec.Config, Manifests: spec.Manifests,
-		TestBinary: spec.TestBinary, TestArgs: spec.TestArgs,
+		TestBinary: spec.TestBinary, TestArgs: spec.TestArgs, UpdateKeys: spec.UpdateKeys,
 	})
 	if err != nil {
 		return Firmware{}, fmt.Errorf("board %s: %w", b.Name, err)
@@ -116,7 +120,7 @@ func BuildFirmware(ctx context.Context, log *slog.Logger, spec FirmwareSpec) (Fi
 			MissingSoftdeps: mods.MissingSoftdeps,
 		},
 		Init: digest(initBin), Vmlinuz: digest(vmlinuz), Initramfs: digest(archive),
-		Files: im.Paths(),
+		UpdateKeys: UpdateKeyIDs(im.Paths()), Files: im.Paths(),
 	}
 	if info.Modules.Builtin == nil {
 		info.Modules.Builtin = []string{}

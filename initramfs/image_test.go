@@ -16,10 +16,23 @@ import (
 
 	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/board/debian"
+	"github.com/edgegate/edgegate/firmware/bundle"
 )
 
+// testKey is a fixed update key (from a fixed seed), so that images and their paths are
+// the same in every run.
+func testKey(t *testing.T, seed byte) bundle.PublicKey {
+	t.Helper()
+	pub, _, err := bundle.GenerateKey(bytes.NewReader(bytes.Repeat([]byte{seed}, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
 // fakeSpec builds a Spec over a fake kernel tree: a board whose modules are a and d of
-// fakeTree, an amd64 /init, a config, manifests and a test binary.
+// fakeTree, an amd64 /init, a config, manifests, a test binary and one update key
+// (testKey(t, 1)).
 func fakeSpec(t *testing.T) Spec {
 	t.Helper()
 	dir, _ := fakeTree(t)
@@ -31,6 +44,7 @@ func fakeSpec(t *testing.T) Spec {
 	writeFile(t, filepath.Join(in, "manifests", "web.yaml"), []byte("kind: Service\n"))
 	writeFile(t, filepath.Join(in, "manifests", ".web.yaml.swp"), []byte("editor junk"))
 	writeFile(t, filepath.Join(in, "manifests", "README"), []byte("not a manifest"))
+	writeFile(t, filepath.Join(in, "firmware.pub"), testKey(t, 1).Marshal())
 	return Spec{
 		Board:      board.Board{Name: "fake-x86_64", Arch: "amd64", Modules: []string{"a", "d"}},
 		Kernel:     debian.Kernel{Dir: root, Release: "6.1.0-test"},
@@ -39,6 +53,7 @@ func fakeSpec(t *testing.T) Spec {
 		Manifests:  filepath.Join(in, "manifests"),
 		TestBinary: filepath.Join(in, "test"),
 		TestArgs:   []string{"-test.v=test2json", "-test.run=TestX"},
+		UpdateKeys: []string{filepath.Join(in, "firmware.pub")},
 	}
 }
 
@@ -102,10 +117,12 @@ func TestBuildLayout(t *testing.T) {
 			t.Errorf("init mode %o, want 100755", r.Mode)
 		}
 	}
+	key := testKey(t, 1)
 	want := []string{
 		"edgegate-test",
 		"etc", "etc/edgegate", "etc/edgegate/board", "etc/edgegate/config.yaml",
 		"etc/edgegate/manifests", "etc/edgegate/manifests/web.yaml", "etc/edgegate/test",
+		"etc/edgegate/update-keys", "etc/edgegate/update-keys/" + key.ID + ".pub",
 		"init",
 		"lib", "lib/modules", "lib/modules/6.1.0-test", "lib/modules/6.1.0-test/edgegate.order",
 		"lib/modules/6.1.0-test/kernel",
@@ -123,9 +140,10 @@ func TestBuildLayout(t *testing.T) {
 		t.Errorf("order file:\n%s\nwant:\n%s", c, order)
 	}
 	for name, want := range map[string]string{
-		"etc/edgegate/board":       "fake-x86_64\n",
-		"etc/edgegate/test":        "-test.v=test2json -test.run=TestX\n",
-		"etc/edgegate/config.yaml": "proxyMode: ipvs\n",
+		"etc/edgegate/board":                          "fake-x86_64\n",
+		"etc/edgegate/test":                           "-test.v=test2json -test.run=TestX\n",
+		"etc/edgegate/config.yaml":                    "proxyMode: ipvs\n",
+		"etc/edgegate/update-keys/" + key.ID + ".pub": string(key.Marshal()),
 	} {
 		if content[name] != want {
 			t.Errorf("%s = %q, want %q", name, content[name], want)
@@ -207,5 +225,56 @@ func TestBuildTestArgs(t *testing.T) {
 	spec.TestBinary = ""
 	if _, _, err := Build(spec); err == nil {
 		t.Error("test arguments without a test binary were accepted")
+	}
+}
+
+func TestBuildUpdateKeys(t *testing.T) {
+	spec := fakeSpec(t)
+	dir := t.TempDir()
+	second := filepath.Join(dir, "second.pub")
+	writeFile(t, second, testKey(t, 2).Marshal())
+	spec.UpdateKeys = append(spec.UpdateKeys, second)
+	im, _, err := Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{testKey(t, 1).ID, testKey(t, 2).ID}
+	slices.Sort(want)
+	if got := UpdateKeyIDs(im.Paths()); !slices.Equal(got, want) {
+		t.Errorf("UpdateKeyIDs = %v, want %v", got, want)
+	}
+
+	spec.UpdateKeys = nil
+	if im, _, err = Build(spec); err != nil {
+		t.Fatal(err)
+	}
+	if got := UpdateKeyIDs(im.Paths()); got == nil || len(got) != 0 {
+		t.Errorf("UpdateKeyIDs without keys = %#v, want an empty list (build.json shows [])", got)
+	}
+
+	_, priv, err := bundle.GenerateKey(bytes.NewReader(bytes.Repeat([]byte{3}, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "firmware.key")
+	writeFile(t, private, priv.Marshal())
+	corrupt := filepath.Join(dir, "corrupt.pub")
+	writeFile(t, corrupt, bytes.Replace(testKey(t, 1).Marshal(), []byte(testKey(t, 1).ID), []byte(testKey(t, 2).ID), 1))
+	for name, tc := range map[string]struct {
+		keys []string
+		want string
+	}{
+		"missing":     {[]string{filepath.Join(dir, "nope.pub")}, "no such file"},
+		"private key": {[]string{private}, "key type"},
+		"wrong id":    {[]string{corrupt}, "the key's ID is"},
+		"twice":       {[]string{second, second}, "given twice"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec := fakeSpec(t)
+			spec.UpdateKeys = tc.keys
+			if _, _, err := Build(spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Build with update keys %v = %v, want an error with %q", tc.keys, err, tc.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/edgegate/edgegate/board"
+	"github.com/edgegate/edgegate/firmware/image"
 )
 
 // installing serialises apt-get runs: parallel tests for two boards would otherwise
@@ -19,17 +21,56 @@ var installing sync.Mutex
 // Install makes sure the board's QEMU binary is there, installing its Debian package
 // (without recommends) when it is missing and we are root.
 func Install(ctx context.Context, b board.Board) error {
+	return ensure(ctx, b.QEMU.Package, func() error {
+		_, err := exec.LookPath(b.QEMU.Binary)
+		return err
+	})
+}
+
+// InstallUEFI makes sure the board's UEFI firmware files (board.QEMU.UEFI) are there,
+// installing their Debian package when they are missing and we are root.
+func InstallUEFI(ctx context.Context, b board.Board) error {
+	u := b.QEMU.UEFI
+	if u == nil {
+		return fmt.Errorf("qemu: board %s has no qemu.uefi section", b.Name)
+	}
+	return ensure(ctx, u.Package, func() error {
+		for _, f := range []string{u.Code, u.Vars} {
+			if _, err := os.Stat(f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// InstallTools makes sure the commands are there (image.LookTool), installing their
+// Debian packages when they are missing and we are root.
+func InstallTools(ctx context.Context, tools ...image.Tool) error {
+	for _, t := range tools {
+		if err := ensure(ctx, t.Package, func() error {
+			_, err := image.LookTool(t.Command)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensure installs pkg when present fails, and checks again after.
+func ensure(ctx context.Context, pkg string, present func() error) error {
 	installing.Lock()
 	defer installing.Unlock()
-	if _, err := exec.LookPath(b.QEMU.Binary); err == nil {
+	if present() == nil {
 		return nil
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("qemu: %s missing and not root to install %s", b.QEMU.Binary, b.QEMU.Package)
+		return fmt.Errorf("qemu: %s is needed (%v) and we are not root to install it", pkg, present())
 	}
 	for _, args := range [][]string{
 		{"update", "-qq"},
-		{"install", "-y", "-qq", "--no-install-recommends", b.QEMU.Package},
+		{"install", "-y", "-qq", "--no-install-recommends", pkg},
 	} {
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
@@ -37,8 +78,8 @@ func Install(ctx context.Context, b board.Board) error {
 			return fmt.Errorf("qemu: apt-get %v: %w: %s", args, err, bytes.TrimSpace(out))
 		}
 	}
-	if _, err := exec.LookPath(b.QEMU.Binary); err != nil {
-		return fmt.Errorf("qemu: %s still missing after installing %s: %w", b.QEMU.Binary, b.QEMU.Package, err)
+	if err := present(); err != nil {
+		return fmt.Errorf("qemu: still missing after installing %s: %w", pkg, err)
 	}
 	return nil
 }
@@ -47,10 +88,28 @@ func Install(ctx context.Context, b board.Board) error {
 // that cannot run fails, elsewhere it is skipped with the reason.
 func Require(tb testing.TB, b board.Board) {
 	tb.Helper()
-	if err := Install(context.Background(), b); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(err)
-		}
-		tb.Skip(err)
+	requireNoErr(tb, Install(context.Background(), b))
+}
+
+// RequireUEFI is Require for the board's QEMU and its UEFI firmware.
+func RequireUEFI(tb testing.TB, b board.Board) {
+	tb.Helper()
+	requireNoErr(tb, errors.Join(Install(context.Background(), b), InstallUEFI(context.Background(), b)))
+}
+
+// RequireTools is Require for commands: image.Tools for a test that builds disk images.
+func RequireTools(tb testing.TB, tools ...image.Tool) {
+	tb.Helper()
+	requireNoErr(tb, InstallTools(context.Background(), tools...))
+}
+
+func requireNoErr(tb testing.TB, err error) {
+	tb.Helper()
+	if err == nil {
+		return
 	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(err)
+	}
+	tb.Skip(err)
 }

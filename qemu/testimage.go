@@ -3,12 +3,12 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/edgegate/edgegate/board"
@@ -26,8 +26,12 @@ type TestImage struct {
 	// -test.v=test2json) so that Report can read the results.
 	Test     string
 	TestArgs []string
-	// Config and Manifests are baked in as in initramfs.Spec.
+	// Config, Manifests and UpdateKeys are baked in as in initramfs.Spec.
 	Config, Manifests string
+	UpdateKeys        []string
+	// Version is stamped into /init as the daemon's version (-X main.version), what a
+	// release build does; empty leaves the daemon's "dev".
+	Version string
 }
 
 // BuildTestImage compiles the image's programs as static binaries for the board's arch
@@ -39,7 +43,11 @@ func BuildTestImage(ctx context.Context, log *slog.Logger, dir string, img TestI
 		return initramfs.Firmware{}, err
 	}
 	initBin := filepath.Join(dir, "init")
-	if err := goBuild(ctx, img.Board.Arch, "build", img.Init, initBin); err != nil {
+	ldflags := "-s -w"
+	if img.Version != "" {
+		ldflags += " -X main.version=" + img.Version
+	}
+	if err := goBuild(ctx, img.Board.Arch, "build", img.Init, initBin, "-ldflags="+ldflags); err != nil {
 		return initramfs.Firmware{}, err
 	}
 	var testBin string
@@ -51,15 +59,19 @@ func BuildTestImage(ctx context.Context, log *slog.Logger, dir string, img TestI
 	}
 	return initramfs.BuildFirmware(ctx, log, initramfs.FirmwareSpec{
 		Board: img.Board, Init: initBin, Config: img.Config, Manifests: img.Manifests,
-		TestBinary: testBin, TestArgs: img.TestArgs, CacheDir: cache, OutDir: dir,
+		TestBinary: testBin, TestArgs: img.TestArgs, UpdateKeys: img.UpdateKeys, CacheDir: cache, OutDir: dir,
 	})
 }
 
-// goBuild runs `go build` or `go test -c` for a static linux/arch binary.
+// goBuild runs `go build` or `go test -c` for a static linux/arch binary, stripped like the
+// release build (so image sizes and boot times are the real ones) unless extra holds its
+// own -ldflags.
 func goBuild(ctx context.Context, arch, verb, pkg, out string, extra ...string) error {
 	args := append([]string{verb}, extra...)
-	// Stripped like the release build, so image sizes and boot times are the real ones.
-	args = append(args, "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "-ldflags=") }) {
+		args = append(args, "-ldflags=-s -w")
+	}
+	args = append(args, "-trimpath", "-o", out, pkg)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if msg, err := cmd.CombinedOutput(); err != nil {
@@ -70,13 +82,24 @@ func goBuild(ctx context.Context, arch, verb, pkg, out string, extra ...string) 
 
 // kernelCache returns out/kernels at the root of the module the tests run in.
 func kernelCache(ctx context.Context) (string, error) {
+	return outDir(ctx, "kernels")
+}
+
+// debianCache returns out/debian, where `make image` keeps other unpacked Debian packages
+// (systemd-boot-efi).
+func debianCache(ctx context.Context) (string, error) {
+	return outDir(ctx, "debian")
+}
+
+// outDir returns out/<name> at the root of the module the tests run in.
+func outDir(ctx context.Context, name string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("kernel cache: not inside a Go module")
+		return "", fmt.Errorf("out/%s: not inside a Go module", name)
 	}
-	return filepath.Join(filepath.Dir(gomod), "out", "kernels"), nil
+	return filepath.Join(filepath.Dir(gomod), "out", name), nil
 }

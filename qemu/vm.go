@@ -1,5 +1,6 @@
-// Package qemu boots edgegate firmware (a board's kernel + initramfs) under QEMU with TCG
-// and reads the guest's serial console: tests wait for the firmware contract's console
+// Package qemu boots edgegate firmware (a board's kernel + initramfs, or a disk image
+// through the board's UEFI firmware and the boot loader on it) under QEMU with TCG and
+// reads the guest's serial console: tests wait for the firmware contract's console
 // markers, run Go test binaries inside the guest and report their results as host
 // subtests. Guests never get a network to the outside: no NIC (-nic none), or NICs on
 // backends the caller gives (unix-socket links between guests, a tap inside a test's
@@ -13,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +32,8 @@ var (
 	// ErrExited means QEMU ended before the awaited console line appeared.
 	ErrExited = errors.New("qemu: exited")
 	// ErrKernelPanic means the guest kernel panicked (with panic=-1 and -no-reboot QEMU
-	// then exits 0, so the exit code alone does not tell).
+	// then exits 0, so the exit code alone does not tell; with AllowReboot the machine
+	// rebooted after it and may have run on).
 	ErrKernelPanic = errors.New("qemu: guest kernel panic")
 )
 
@@ -41,6 +46,20 @@ type Options struct {
 	// Cmdline are kernel arguments added after the board's own (console, panic=-1, quiet),
 	// e.g. edgegate.test=1 or edgegate.ip=eth0:10.0.2.15/24.
 	Cmdline []string
+	// UEFIVars, when set, boots the machine through the board's UEFI firmware
+	// (board.QEMU.UEFI) from the first disk, like a gateway with a disk image
+	// (firmware/image), instead of QEMU loading Kernel and Initramfs: the firmware's code
+	// is attached read-only and this file is the VM's variable store (NVRAM). Start copies
+	// the board's template there when the file does not exist; when it does, the VM goes on
+	// with what earlier starts left in it, as a machine keeps its NVRAM across power cycles.
+	// Kernel, Initramfs and Cmdline must be empty: the boot loader on the disk picks the
+	// kernel and its command line.
+	UEFIVars string
+	// AllowReboot lets the guest reboot: QEMU runs without -no-reboot, and a reboot (also
+	// a kernel panic's, with panic=-1) restarts the machine within the same QEMU run, with
+	// the same disks and NVRAM, as an A/B update and its fallback need. Without it the
+	// guest's first reboot ends QEMU.
+	AllowReboot bool
 	// NICs are the guest's network interfaces, eth0 first. None means -nic none.
 	NICs []NIC
 	// Disks are raw disk images attached as virtio block devices, in order (vda, vdb, ...):
@@ -105,21 +124,51 @@ type VM struct {
 // Args returns QEMU's command line for opts.
 func Args(opts Options) ([]string, error) {
 	q := opts.Board.QEMU
-	args := []string{
-		"-M", q.Machine, "-accel", "tcg", "-cpu", q.CPU, "-m", fmt.Sprint(q.MemoryMiB),
-		"-nographic", "-no-reboot",
-		"-kernel", opts.Kernel, "-initrd", opts.Initramfs,
-		"-append", strings.Join(append(opts.Board.KernelArgs(), opts.Cmdline...), " "),
+	machine := q.Machine
+	var boot []string
+	if opts.UEFIVars != "" {
+		u, err := uefiOf(opts)
+		if err != nil {
+			return nil, err
+		}
+		if u.Machine != "" {
+			machine = u.Machine
+		}
+		boot = []string{
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + u.Code,
+			"-drive", "if=pflash,format=raw,unit=1,file=" + opts.UEFIVars,
+		}
+	} else {
+		boot = []string{
+			"-kernel", opts.Kernel, "-initrd", opts.Initramfs,
+			"-append", strings.Join(append(opts.Board.KernelArgs(), opts.Cmdline...), " "),
+		}
 	}
-	for _, d := range opts.Disks {
+	args := []string{"-M", machine, "-accel", "tcg", "-cpu", q.CPU, "-m", fmt.Sprint(q.MemoryMiB), "-nographic"}
+	if !opts.AllowReboot {
+		args = append(args, "-no-reboot")
+	}
+	args = append(args, boot...)
+	for i, d := range opts.Disks {
 		if d.Path == "" || strings.Contains(d.Path, ",") {
 			return nil, fmt.Errorf("qemu: disk %q: the path must be set and hold no comma", d.Path)
 		}
-		drive := "file=" + d.Path + ",format=raw,if=virtio"
+		ro := ""
 		if d.ReadOnly {
-			drive += ",readonly=on"
+			ro = ",readonly=on"
 		}
-		args = append(args, "-drive", drive)
+		if opts.UEFIVars == "" {
+			args = append(args, "-drive", "file="+d.Path+",format=raw,if=virtio"+ro)
+			continue
+		}
+		// The same virtio disk spelled as a device, which can carry a boot index: the
+		// firmware boots the first disk first, not the machine's empty CD-ROM drive.
+		id := fmt.Sprintf("disk%d", i)
+		dev := "virtio-blk-pci,drive=" + id
+		if i == 0 {
+			dev += ",bootindex=0"
+		}
+		args = append(args, "-drive", "file="+d.Path+",format=raw,if=none,id="+id+ro, "-device", dev)
 	}
 	if len(opts.NICs) == 0 {
 		return append(args, "-nic", "none"), nil
@@ -137,6 +186,54 @@ func Args(opts Options) ([]string, error) {
 		args = append(args, "-netdev", nic.Netdev+",id="+id, "-device", dev)
 	}
 	return args, nil
+}
+
+// uefiOf checks a UEFI boot's options and returns the board's UEFI firmware.
+func uefiOf(opts Options) (*board.UEFI, error) {
+	u := opts.Board.QEMU.UEFI
+	switch {
+	case u == nil:
+		return nil, fmt.Errorf("qemu: board %s: no qemu.uefi section, cannot boot through UEFI", opts.Board.Name)
+	case opts.Kernel != "" || opts.Initramfs != "" || len(opts.Cmdline) > 0:
+		return nil, errors.New("qemu: a UEFI boot takes the kernel and its command line from the disk; Kernel, Initramfs and Cmdline must be empty")
+	case len(opts.Disks) == 0:
+		return nil, errors.New("qemu: a UEFI boot boots the first disk; there is none")
+	case strings.Contains(opts.UEFIVars, ","):
+		return nil, fmt.Errorf("qemu: UEFI variable store %q: the path must hold no comma", opts.UEFIVars)
+	}
+	return u, nil
+}
+
+// prepareVars gives a UEFI VM its variable store: a copy of the board's template the
+// first time, written beside the target and renamed into place so that an interrupted copy
+// is never taken for an NVRAM.
+func prepareVars(opts Options) error {
+	if _, err := os.Stat(opts.UEFIVars); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("qemu: UEFI variable store: %w", err)
+	}
+	tmpl, err := os.Open(opts.Board.QEMU.UEFI.Vars)
+	if err != nil {
+		return fmt.Errorf("qemu: UEFI variable store template: %w", err)
+	}
+	defer tmpl.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(opts.UEFIVars), "."+filepath.Base(opts.UEFIVars)+".")
+	if err != nil {
+		return fmt.Errorf("qemu: UEFI variable store: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, tmpl); err != nil {
+		tmp.Close()
+		return fmt.Errorf("qemu: UEFI variable store: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("qemu: UEFI variable store: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), opts.UEFIVars); err != nil {
+		return fmt.Errorf("qemu: UEFI variable store: %w", err)
+	}
+	return nil
 }
 
 // checkNetdev refuses backends that would reach the outside: user-mode networking is
@@ -171,6 +268,11 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 	args, err := Args(opts)
 	if err != nil {
 		return nil, err
+	}
+	if opts.UEFIVars != "" {
+		if err := prepareVars(opts); err != nil {
+			return nil, err
+		}
 	}
 	vm := &VM{args: append([]string{opts.Board.QEMU.Binary}, args...)}
 	vm.changed = sync.NewCond(&vm.mu)

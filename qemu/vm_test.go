@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -161,5 +162,117 @@ func TestDiskArgs(t *testing.T) {
 		if _, err := Args(Options{Board: b, Disks: []Disk{{Path: p}}}); err == nil {
 			t.Errorf("disk %q accepted", p)
 		}
+	}
+}
+
+// uefiBoard is qemu-x86_64 with its UEFI firmware files replaced by dir's code.fd and
+// vars.fd, so that the harness's side of a UEFI boot is tested without the firmware.
+func uefiBoard(t *testing.T, dir string) board.Board {
+	t.Helper()
+	b, err := board.Load("qemu-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.QEMU.UEFI == nil {
+		t.Fatal("qemu-x86_64 has no qemu.uefi section")
+	}
+	u := *b.QEMU.UEFI
+	u.Code, u.Vars = filepath.Join(dir, "code.fd"), filepath.Join(dir, "vars.fd")
+	b.QEMU.UEFI = &u
+	return b
+}
+
+func TestUEFIArgs(t *testing.T) {
+	b := uefiBoard(t, "/fw")
+	disks := []Disk{{Path: "/tmp/disk.img"}, {Path: "/tmp/ro.img", ReadOnly: true}}
+	args, err := Args(Options{Board: b, UEFIVars: "/tmp/vm/vars.fd", Disks: disks, AllowReboot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(args, " ")
+	for _, want := range []string{
+		// q35 from the uefi section, not the board's pc.
+		"-M q35 -accel tcg -cpu max -m 512 -nographic -drive",
+		"-drive if=pflash,format=raw,unit=0,readonly=on,file=/fw/code.fd -drive if=pflash,format=raw,unit=1,file=/tmp/vm/vars.fd",
+		"-drive file=/tmp/disk.img,format=raw,if=none,id=disk0 -device virtio-blk-pci,drive=disk0,bootindex=0",
+		"-drive file=/tmp/ro.img,format=raw,if=none,id=disk1,readonly=on -device virtio-blk-pci,drive=disk1 -nic none",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args %q lack %q", got, want)
+		}
+	}
+	for _, unwanted := range []string{"-no-reboot", "-kernel", "-initrd", "-append"} {
+		if slices.Contains(args, unwanted) {
+			t.Errorf("args %q hold %s", got, unwanted)
+		}
+	}
+	args, err = Args(Options{Board: b, UEFIVars: "/tmp/vm/vars.fd", Disks: disks[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(args, "-no-reboot") {
+		t.Errorf("args %q: a UEFI boot without AllowReboot lacks -no-reboot", args)
+	}
+
+	noUEFI := b
+	noUEFI.QEMU.UEFI = nil
+	for name, opts := range map[string]Options{
+		"no uefi section": {Board: noUEFI, UEFIVars: "/tmp/vars.fd", Disks: disks},
+		"a kernel too":    {Board: b, UEFIVars: "/tmp/vars.fd", Disks: disks, Kernel: "vmlinuz", Initramfs: "initrd"},
+		"a cmdline too":   {Board: b, UEFIVars: "/tmp/vars.fd", Disks: disks, Cmdline: []string{"quiet"}},
+		"no disk":         {Board: b, UEFIVars: "/tmp/vars.fd"},
+		"comma in vars":   {Board: b, UEFIVars: "/tmp/a,b.fd", Disks: disks},
+	} {
+		if _, err := Args(opts); err == nil {
+			t.Errorf("%s: Args accepted %+v", name, opts)
+		}
+	}
+}
+
+// TestUEFIVarsPersist: the first Start copies the board's template to the VM's variable
+// store; a later Start keeps what the firmware wrote there, and never touches the template.
+func TestUEFIVarsPersist(t *testing.T) {
+	fw := t.TempDir()
+	b := uefiBoard(t, fw)
+	b.QEMU.Binary = os.Args[0] // TestMain's fake QEMU
+	template := []byte("template NVRAM")
+	if err := os.WriteFile(b.QEMU.UEFI.Vars, template, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKE_QEMU_CONSOLE", "BdsDxe: starting Boot0001")
+	t.Setenv("FAKE_QEMU_EXIT", "0")
+	vars := filepath.Join(t.TempDir(), "vars.fd")
+	start := func() {
+		t.Helper()
+		vm, err := Start(context.Background(), Options{Board: b, UEFIVars: vars, Disks: []Disk{{Path: "/tmp/disk.img"}}, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := vm.Wait(); code != 0 || err != nil {
+			t.Fatalf("Wait = %d, %v", code, err)
+		}
+	}
+	start()
+	got, err := os.ReadFile(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(template) {
+		t.Fatalf("first start: vars %q, want the template %q", got, template)
+	}
+	// What the firmware would have written (boot options) before the VM stopped.
+	written := []byte("NVRAM with Boot0001")
+	if err := os.WriteFile(vars, written, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start()
+	if got, _ := os.ReadFile(vars); string(got) != string(written) {
+		t.Errorf("second start: vars %q, want what the first run left, %q", got, written)
+	}
+	if got, _ := os.ReadFile(b.QEMU.UEFI.Vars); string(got) != string(template) {
+		t.Errorf("the template changed to %q", got)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(vars)); len(entries) != 1 {
+		t.Errorf("the vars directory holds %d files, want only vars.fd", len(entries))
 	}
 }

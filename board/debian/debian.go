@@ -1,8 +1,9 @@
-// Package debian fetches a board's Debian kernel package into a local cache without
-// installing it: the metapackage is resolved to its ABI package with apt-cache, the .deb
-// is fetched with `apt-get download` and unpacked with `dpkg -x`. Debian ships no
-// modules.dep in the package (depmod makes it at install time), so callers read module
-// metadata from the .ko files themselves.
+// Package debian fetches Debian packages into a local cache without installing them: a
+// board's kernel (the metapackage is resolved to its ABI package with apt-cache) and other
+// files a firmware build takes from Debian (systemd-boot's EFI binary). The .deb is fetched
+// with `apt-get download` and unpacked with `dpkg -x`. Debian ships no modules.dep in the
+// kernel package (depmod makes it at install time), so callers read module metadata from
+// the .ko files themselves.
 package debian
 
 import (
@@ -63,10 +64,7 @@ func Fetch(ctx context.Context, log *slog.Logger, arch, metapackage, cacheDir st
 		return Kernel{}, err
 	}
 	k := Kernel{Metapackage: metapackage, Package: pkg, Version: version, Arch: arch}
-	k.Dir = filepath.Join(cacheDir, fmt.Sprintf("%s_%s_%s", pkg, version, arch))
-	if _, err := os.Stat(filepath.Join(k.Dir, completeMarker)); err == nil {
-		log.Debug("kernel package cached", "package", pkg, "version", version, "dir", k.Dir)
-	} else if err := download(ctx, log, k, cacheDir); err != nil {
+	if k.Dir, err = unpacked(ctx, log, Package{Name: pkg, Version: version, Arch: arch}, cacheDir); err != nil {
 		return Kernel{}, err
 	}
 	if k.Release, err = release(k.Dir); err != nil {
@@ -76,6 +74,90 @@ func Fetch(ctx context.Context, log *slog.Logger, arch, metapackage, cacheDir st
 		return Kernel{}, fmt.Errorf("kernel package %s: %w", pkg, err)
 	}
 	return k, nil
+}
+
+// Package is an unpacked Debian package.
+type Package struct {
+	// Name is the package name, e.g. systemd-boot-efi.
+	Name string `json:"package"`
+	// Version is the Debian version that was unpacked, e.g. 252.39-1~deb12u2.
+	Version string `json:"version"`
+	// Arch is the Debian architecture.
+	Arch string `json:"arch"`
+	// Dir is the unpacked package's root in the cache.
+	Dir string `json:"-"`
+}
+
+// FetchPackage returns the Debian package name for arch, in the version apt would install
+// now, unpacked in cacheDir: downloaded and unpacked first unless that exact version is
+// cached. Like Fetch, it adds a foreign arch to dpkg and updates the package lists when
+// needed.
+func FetchPackage(ctx context.Context, log *slog.Logger, arch, name, cacheDir string) (Package, error) {
+	version, err := candidateLocked(ctx, log, arch, name)
+	if err != nil {
+		return Package{}, err
+	}
+	p := Package{Name: name, Version: version, Arch: arch}
+	if p.Dir, err = unpacked(ctx, log, p, cacheDir); err != nil {
+		return Package{}, err
+	}
+	return p, nil
+}
+
+// candidateLocked is candidate with the apt lists held, the arch known to dpkg and the
+// lists updated once when apt does not know the package.
+func candidateLocked(ctx context.Context, log *slog.Logger, arch, name string) (version string, err error) {
+	aptMetadata.Lock()
+	defer aptMetadata.Unlock()
+	if err := ensureArch(ctx, log, arch); err != nil {
+		return "", err
+	}
+	err = withUpdate(ctx, log, name, func() (err error) {
+		version, err = candidate(ctx, arch, name)
+		return err
+	})
+	return version, err
+}
+
+// candidate returns the version of name:arch that apt would install.
+func candidate(ctx context.Context, arch, name string) (string, error) {
+	record, err := output(ctx, "apt-cache", "show", "--no-all-versions", name+":"+arch)
+	if err != nil {
+		return "", err
+	}
+	v := field(record, "Version")
+	if v == "" {
+		return "", fmt.Errorf("%s:%s: no Version in apt-cache show", name, arch)
+	}
+	return v, nil
+}
+
+// withUpdate runs look, and once more after updating the package lists when apt did not
+// know what it looked for.
+func withUpdate(ctx context.Context, log *slog.Logger, name string, look func() error) error {
+	err := look()
+	if err == nil {
+		return nil
+	}
+	log.Info("package not in the apt lists, updating them", "package", name, "err", err)
+	if err := aptUpdate(ctx, log); err != nil {
+		return err
+	}
+	return look()
+}
+
+// unpacked returns p's directory in cacheDir, downloading and unpacking p first unless
+// that exact version is there.
+func unpacked(ctx context.Context, log *slog.Logger, p Package, cacheDir string) (string, error) {
+	dir := filepath.Join(cacheDir, fmt.Sprintf("%s_%s_%s", p.Name, p.Version, p.Arch))
+	if _, err := os.Stat(filepath.Join(dir, completeMarker)); err == nil {
+		log.Debug("package cached", "package", p.Name, "version", p.Version, "dir", dir)
+		return dir, nil
+	}
+	if err := download(ctx, log, p, dir, cacheDir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 func resolveLocked(ctx context.Context, log *slog.Logger, arch, metapackage string) (pkg, version string, err error) {
@@ -113,15 +195,11 @@ func ensureArch(ctx context.Context, log *slog.Logger, arch string) error {
 // resolve turns the metapackage into the ABI package it depends on and that package's
 // version, updating the package lists once when apt knows neither.
 func resolve(ctx context.Context, log *slog.Logger, arch, metapackage string) (pkg, version string, err error) {
-	pkg, version, err = resolveCached(ctx, arch, metapackage)
-	if err == nil {
-		return pkg, version, nil
-	}
-	log.Info("package not in the apt lists, updating them", "package", metapackage, "err", err)
-	if err := aptUpdate(ctx, log); err != nil {
-		return "", "", err
-	}
-	return resolveCached(ctx, arch, metapackage)
+	err = withUpdate(ctx, log, metapackage, func() (err error) {
+		pkg, version, err = resolveCached(ctx, arch, metapackage)
+		return err
+	})
+	return pkg, version, err
 }
 
 func resolveCached(ctx context.Context, arch, metapackage string) (pkg, version string, err error) {
@@ -179,43 +257,43 @@ func field(record, name string) string {
 }
 
 // download fetches and unpacks the package into a temporary directory and renames it into
-// place, so concurrent builds and interrupted ones never see half a kernel.
-func download(ctx context.Context, log *slog.Logger, k Kernel, cacheDir string) error {
+// place, so concurrent builds and interrupted ones never see half a package.
+func download(ctx context.Context, log *slog.Logger, p Package, dir, cacheDir string) error {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return fmt.Errorf("kernel cache: %w", err)
+		return fmt.Errorf("package cache: %w", err)
 	}
 	tmp, err := os.MkdirTemp(cacheDir, ".fetch-")
 	if err != nil {
-		return fmt.Errorf("kernel cache: %w", err)
+		return fmt.Errorf("package cache: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	log.Info("downloading kernel package", "package", k.Package, "version", k.Version, "arch", k.Arch)
+	log.Info("downloading package", "package", p.Name, "version", p.Version, "arch", p.Arch)
 	get := exec.CommandContext(ctx, "apt-get", "download", "-q",
 		// Downloading into a directory _apt cannot write is fine for a build: skip the
 		// sandbox user instead of printing a warning on every fetch.
 		"-o", "APT::Sandbox::User=root",
-		fmt.Sprintf("%s:%s=%s", k.Package, k.Arch, k.Version))
+		fmt.Sprintf("%s:%s=%s", p.Name, p.Arch, p.Version))
 	get.Dir = tmp
 	if out, err := get.CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get download %s: %w: %s", k.Package, err, bytes.TrimSpace(out))
+		return fmt.Errorf("apt-get download %s: %w: %s", p.Name, err, bytes.TrimSpace(out))
 	}
-	debs, err := filepath.Glob(filepath.Join(tmp, k.Package+"_*.deb"))
+	debs, err := filepath.Glob(filepath.Join(tmp, p.Name+"_*.deb"))
 	if err != nil || len(debs) != 1 {
-		return fmt.Errorf("apt-get download %s: want one .deb, found %v", k.Package, debs)
+		return fmt.Errorf("apt-get download %s: want one .deb, found %v", p.Name, debs)
 	}
 	root := filepath.Join(tmp, "root")
 	if _, err := output(ctx, "dpkg", "-x", debs[0], root); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(root, completeMarker), []byte(k.Package+" "+k.Version+"\n"), 0o644); err != nil {
-		return fmt.Errorf("kernel cache: %w", err)
+	if err := os.WriteFile(filepath.Join(root, completeMarker), []byte(p.Name+" "+p.Version+"\n"), 0o644); err != nil {
+		return fmt.Errorf("package cache: %w", err)
 	}
-	if err := os.Rename(root, k.Dir); err != nil {
+	if err := os.Rename(root, dir); err != nil {
 		// Another build may have finished the same package first; its copy is as good.
-		if _, statErr := os.Stat(filepath.Join(k.Dir, completeMarker)); statErr == nil {
+		if _, statErr := os.Stat(filepath.Join(dir, completeMarker)); statErr == nil {
 			return nil
 		}
-		return fmt.Errorf("kernel cache: %w", err)
+		return fmt.Errorf("package cache: %w", err)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package debian
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -70,5 +73,29 @@ func TestRelease(t *testing.T) {
 	}
 	if got, err := release(dir); err == nil {
 		t.Fatalf("release with two module directories = %q, want an error", got)
+	}
+}
+
+// TestUnpackedUsesTheCache: an entry whose unpack completed is used as it is, without apt;
+// a directory left by an interrupted unpack (no marker) is not taken for the package.
+func TestUnpackedUsesTheCache(t *testing.T) {
+	cache := t.TempDir()
+	p := Package{Name: "systemd-boot-efi", Version: "252.39-1~deb12u2", Arch: "arm64"}
+	dir := filepath.Join(cache, "systemd-boot-efi_252.39-1~deb12u2_arm64")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// With no marker unpacked downloads; a PATH without apt-get makes that fail here.
+	t.Setenv("PATH", t.TempDir())
+	if _, err := unpacked(context.Background(), log, p, cache); err == nil {
+		t.Fatal("an incomplete cache entry was used")
+	}
+	if err := os.WriteFile(filepath.Join(dir, completeMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := unpacked(context.Background(), log, p, cache)
+	if err != nil || got != dir {
+		t.Fatalf("unpacked = %q, %v; want the cached %s", got, err, dir)
 	}
 }

@@ -1,8 +1,10 @@
 // Command mkinitramfs builds a board's firmware: it fetches the board's Debian kernel
 // (cached in -cache), packs the static -init binary with the board's modules into a
-// reproducible initramfs, and writes vmlinuz, initramfs.cpio.gz and build.json into -out.
+// reproducible initramfs with the update keys it trusts (-update-key, repeatable), and
+// writes vmlinuz, initramfs.cpio.gz and build.json into -out.
 //
-//	mkinitramfs -board qemu-x86_64 -init out/firmware/qemu-x86_64/edgegate -out out/firmware/qemu-x86_64
+//	mkinitramfs -board qemu-x86_64 -init out/firmware/qemu-x86_64/edgegate \
+//		-update-key out/keys/firmware.pub -out out/firmware/qemu-x86_64
 package main
 
 import (
@@ -51,6 +53,12 @@ func run(args []string) error {
 	manifests := fs.String("manifests", "", "directory of standalone manifests to bake in")
 	testBin := fs.String("test-binary", "", "Go test binary to bake in as /edgegate-test (test images)")
 	testArgs := fs.String("test-args", "", "the test binary's arguments, space-separated")
+	var updateKeys []string
+	fs.Func("update-key", "public key file (egbundle keys) whose update bundles the firmware accepts; repeatable",
+		func(f string) error {
+			updateKeys = append(updateKeys, f)
+			return nil
+		})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -67,15 +75,19 @@ func run(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	fw, err := initramfs.BuildFirmware(ctx, log, initramfs.FirmwareSpec{
 		Board: b, Init: *initBin, Config: *config, Manifests: *manifests,
-		TestBinary: *testBin, TestArgs: strings.Fields(*testArgs),
+		TestBinary: *testBin, TestArgs: strings.Fields(*testArgs), UpdateKeys: updateKeys,
 		CacheDir: *cache, OutDir: *out,
 	})
 	if err != nil {
 		return err
 	}
 	k := fw.Info.Kernel
-	fmt.Printf("%s: kernel %s %s (%s), %d modules (%d built in), initramfs %d bytes gz\n",
+	keys := "no update keys (this firmware refuses every update bundle)"
+	if len(fw.Info.UpdateKeys) > 0 {
+		keys = "update keys " + strings.Join(fw.Info.UpdateKeys, ", ")
+	}
+	fmt.Printf("%s: kernel %s %s (%s), %d modules (%d built in), initramfs %d bytes gz, %s\n",
 		b.Name, k.Package, k.Version, k.Release, len(fw.Info.Modules.LoadOrder),
-		len(fw.Info.Modules.Builtin), fw.Info.Initramfs.Size)
+		len(fw.Info.Modules.Builtin), fw.Info.Initramfs.Size, keys)
 	return nil
 }
