@@ -49,6 +49,11 @@ var mountTable = []Mount{
 	{Source: "tmpfs", Target: "/run", FSType: "tmpfs", Flags: nosuidNodev, Data: "mode=0755", Essential: true},
 	{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: nosuidNodev, Data: "mode=1777", Essential: true},
 	{Source: "cgroup2", Target: "/sys/fs/cgroup", FSType: "cgroup2", Flags: nosuidNodevNoexec},
+}
+
+// moduleMountTable is mounted once the modules are loaded: efivarfs is a module on Debian's
+// kernels (the boot loader's variables, LoaderEntrySelected, are read through it).
+var moduleMountTable = []Mount{
 	{Source: "efivarfs", Target: "/sys/firmware/efi/efivars", FSType: "efivarfs", Flags: nosuidNodevNoexec, OnlyIf: "/sys/firmware/efi"},
 }
 

@@ -225,6 +225,9 @@ func Boot(sys System) (*Machine, error) {
 
 	mods := m.loadModules()
 	m.console.marker("EDGEGATE-MODULES-LOADED n=%d failed=%d", mods.Loaded, len(mods.Failed))
+	// None of these is essential, so mountAll returns no error.
+	more, _ := m.mountAll(moduleMountTable)
+	m.mounted = append(m.mounted, more...)
 	// After the modules: the disk's driver (virtio_blk) and, on generic kernels, ext4.
 	m.mountData()
 	m.mountESP()
