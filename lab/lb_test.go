@@ -22,7 +22,7 @@ func quantiles(ds []time.Duration) (median, maximum time.Duration) {
 // draining it through its dashboard, or stopping its daemon, hands the IP over at once;
 // serving again, or a restart, takes it back. An
 // ARP watch on the client asks for the IP every 50 ms throughout: no question is ever
-// answered by both gateways.
+// answered by both gateways (each reply is matched to its question, not to when it came).
 func TestLoadBalancerFailover(t *testing.T) {
 	s := NewLBSite(t, "nftables")
 	watch, err := s.Client.WatchARP(lbIP, 50*time.Millisecond)

@@ -69,23 +69,40 @@ func (h *Host) MAC(name string) (string, error) {
 
 // ARPAnswer is one ARP reply the watch saw for its address.
 type ARPAnswer struct {
-	At  time.Time
-	MAC string
+	At       time.Time
+	MAC      string
+	Question int // the index of the question it answers
+}
+
+// arpAskers is how many sender addresses an ARPWatch asks from, in turn (see WatchARP).
+const arpAskers = 64
+
+// arpAsker is the sender address of question i: 169.254.1.0 and on, link-local (RFC 3927),
+// so that it is no host's of a site.
+func arpAsker(i int) netip.Addr {
+	n := i % arpAskers
+	return netip.AddrFrom4([4]byte{169, 254, 1, byte(n)})
 }
 
 // ARPWatch asks for one IPv4 address from a host every interval (an ARP request of its
 // own, broadcast on the host's eth0) and records every reply naming the address: which
-// gateway answers, and whether two ever answer the same question.
+// gateway answers which question, and whether two ever answer the same one.
+//
+// Each question carries the host's MAC but a sender address of its own (arpAsker: link-local,
+// arpAskers of them in turn, so that a host that does own the target adds at most that
+// many neighbour entries), which every reply repeats as its target address: a reply is
+// matched to its question exactly, however late the watch or a gateway is scheduled,
+// rather than by when it arrived (a reply later than arpAskers questions would be taken
+// for an answer to a later one).
 type ARPWatch struct {
 	target   netip.Addr
 	interval time.Duration
 	fd       int
 	ifindex  int
 	mac      net.HardwareAddr
-	src      netip.Addr
 
 	mu      sync.Mutex
-	sent    []time.Time
+	sent    []time.Time // by question
 	answers []ARPAnswer
 	stop    chan struct{}
 	done    sync.WaitGroup
@@ -94,7 +111,7 @@ type ARPWatch struct {
 // WatchARP starts an ARPWatch in h's namespace; Stop ends it. Requests and replies stay
 // on h's segment.
 func (h *Host) WatchARP(target netip.Addr, interval time.Duration) (*ARPWatch, error) {
-	w := &ARPWatch{target: target, interval: interval, src: h.IPv4, stop: make(chan struct{})}
+	w := &ARPWatch{target: target, interval: interval, stop: make(chan struct{})}
 	err := h.Do(func() error {
 		ifi, err := net.InterfaceByName("eth0")
 		if err != nil {
@@ -138,19 +155,23 @@ func (w *ARPWatch) ask() {
 	arp[4], arp[5] = 6, 4
 	binary.BigEndian.PutUint16(arp[6:], 1) // request
 	copy(arp[8:14], w.mac)
-	src, dst := w.src.As4(), w.target.As4()
-	copy(arp[14:18], src[:])
+	dst := w.target.As4()
 	copy(arp[24:28], dst[:])
 	to := &unix.SockaddrLinklayer{Ifindex: w.ifindex, Halen: 6, Protocol: htons(unix.ETH_P_ARP)}
 	copy(to.Addr[:], frame[0:6])
 	tick := time.NewTicker(w.interval)
 	defer tick.Stop()
 	for {
-		if err := unix.Sendto(w.fd, frame, 0, to); err == nil {
-			w.mu.Lock()
-			w.sent = append(w.sent, time.Now())
-			w.mu.Unlock()
+		w.mu.Lock()
+		i := len(w.sent)
+		src := arpAsker(i).As4()
+		copy(arp[14:18], src[:])
+		// Recorded before it leaves: a reply never comes before its question.
+		w.sent = append(w.sent, time.Now())
+		if err := unix.Sendto(w.fd, frame, 0, to); err != nil {
+			w.sent = w.sent[:i]
 		}
+		w.mu.Unlock()
 		select {
 		case <-w.stop:
 			return
@@ -177,11 +198,18 @@ func (w *ARPWatch) listen() {
 		}
 		spa, _ := netip.AddrFromSlice(arp[14:18])
 		tpa, _ := netip.AddrFromSlice(arp[24:28])
-		if spa != w.target || tpa != w.src {
-			continue // another address, or a gratuitous reply (an announcement, not an answer)
+		if spa != w.target {
+			continue // another address
 		}
 		w.mu.Lock()
-		w.answers = append(w.answers, ARPAnswer{At: time.Now(), MAC: net.HardwareAddr(arp[8:14]).String()})
+		// The latest question asked from tpa; a gratuitous reply (tpa = the address
+		// itself: an announcement, not an answer) matches none.
+		for q := len(w.sent) - 1; q >= 0 && q >= len(w.sent)-arpAskers; q-- {
+			if arpAsker(q) == tpa {
+				w.answers = append(w.answers, ARPAnswer{At: time.Now(), MAC: net.HardwareAddr(arp[8:14]).String(), Question: q})
+				break
+			}
+		}
 		w.mu.Unlock()
 	}
 }
@@ -198,29 +226,27 @@ func (w *ARPWatch) Stop() {
 	unix.Close(w.fd)
 }
 
-// DoubleAnswers lists the questions that two different MACs answered: each request's
-// replies are those that arrived before the next request.
+// DoubleAnswers lists the questions that two different MACs answered.
 func (w *ARPWatch) DoubleAnswers() []string { return w.DoubleAnswersSince(time.Time{}) }
 
-// DoubleAnswersSince is DoubleAnswers for the requests sent since from.
+// DoubleAnswersSince is DoubleAnswers for the questions asked since from.
 func (w *ARPWatch) DoubleAnswersSince(from time.Time) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	byQuestion := map[int][]ARPAnswer{}
+	for _, a := range w.answers {
+		byQuestion[a.Question] = append(byQuestion[a.Question], a)
+	}
 	var out []string
-	ai := 0
-	for i, at := range w.sent {
-		end := time.Now()
-		if i+1 < len(w.sent) {
-			end = w.sent[i+1]
-		}
+	for q, at := range w.sent {
 		macs := map[string]bool{}
-		for ; ai < len(w.answers) && w.answers[ai].At.Before(end); ai++ {
-			if !w.answers[ai].At.Before(at) {
-				macs[w.answers[ai].MAC] = true
-			}
+		var how []string
+		for _, a := range byQuestion[q] {
+			macs[a.MAC] = true
+			how = append(how, fmt.Sprintf("%s after %v", a.MAC, a.At.Sub(at).Round(time.Millisecond)))
 		}
 		if len(macs) > 1 && !at.Before(from) {
-			out = append(out, fmt.Sprintf("request at %s answered by %v", at.Format("15:04:05.000"), macs))
+			out = append(out, fmt.Sprintf("question %d (from %s) at %s answered by %s", q, arpAsker(q), at.Format("15:04:05.000"), strings.Join(how, ", ")))
 		}
 	}
 	return out
@@ -239,7 +265,7 @@ func (w *ARPWatch) RepliesSince(from time.Time) int {
 	return n
 }
 
-// Answers returns how many requests were sent and how many replies came.
+// Answers returns how many questions were asked, and how many replies to them came.
 func (w *ARPWatch) Answers() (requests, replies int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

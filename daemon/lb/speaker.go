@@ -24,10 +24,15 @@ type Announcer interface {
 	Set(owned map[netip.Addr][]string) error
 }
 
-// Members is the membership of the gateways on the segment.
+// Members is the membership of the gateways on the segment. The speaker reports what it
+// gives the announcer, before (Applying) and after (Applied), with the members it came
+// from: a gateway hands its addresses over only once its announcer has let them go, and
+// takes a peer's only once the peer's has (see member.View).
 type Members interface {
 	Members() []string
 	Changed() <-chan struct{}
+	Applying(members []string)
+	Applied(members []string)
 }
 
 // Speaker announces the addresses this gateway owns.
@@ -115,7 +120,10 @@ func (s *Speaker) update() {
 	prev := s.owned
 	s.mu.Unlock()
 
+	// An address dropped is not answered once Set returns, whatever else failed.
+	s.members.Applying(members)
 	err := s.announcer.Set(owned)
+	s.members.Applied(members)
 	s.mu.Lock()
 	s.owned, s.current, s.failed = owned, members, err
 	s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ type fakeMembers struct {
 	mu      sync.Mutex
 	members []string
 	ch      chan struct{}
+	events  []string // "applying gw-a,gw-b", "set", "applied gw-a,gw-b" (see fakeAnnouncer.m)
 }
 
 func newFakeMembers(m ...string) *fakeMembers {
@@ -31,6 +33,16 @@ func (f *fakeMembers) Members() []string {
 
 func (f *fakeMembers) Changed() <-chan struct{} { return f.ch }
 
+func (f *fakeMembers) Applying(m []string) { f.event("applying " + strings.Join(m, ",")) }
+
+func (f *fakeMembers) Applied(m []string) { f.event("applied " + strings.Join(m, ",")) }
+
+func (f *fakeMembers) event(e string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+}
+
 func (f *fakeMembers) set(m ...string) {
 	f.mu.Lock()
 	f.members = m
@@ -43,9 +55,13 @@ type fakeAnnouncer struct {
 	sets  []map[netip.Addr][]string
 	fail  error
 	calls chan struct{}
+	m     *fakeMembers // if set, every Set is logged in its events
 }
 
 func (f *fakeAnnouncer) Set(owned map[netip.Addr][]string) error {
+	if f.m != nil {
+		f.m.event("set")
+	}
 	f.mu.Lock()
 	f.sets = append(f.sets, maps.Clone(owned))
 	err := f.fail
@@ -81,12 +97,9 @@ func waitOwned(t *testing.T, a *fakeAnnouncer, want map[netip.Addr][]string) {
 // rendezvous hashing gives this gateway, with their interfaces; all of them when its peer
 // goes; none after it stops.
 func TestSpeakerFollowsMembersAndAddresses(t *testing.T) {
-	var addrs []netip.Addr
 	all := map[netip.Addr][]string{}
 	for i := range 20 {
-		a := netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)})
-		addrs = append(addrs, a)
-		all[a] = []string{"eth0"}
+		all[netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)})] = []string{"eth0"}
 	}
 	all[netip.MustParseAddr("2001:db8::10")] = []string{"eth0", "eth1"}
 	m := newFakeMembers("gw-a", "gw-b")
@@ -153,4 +166,40 @@ func TestSpeakerRetriesAFailingAnnouncer(t *testing.T) {
 		}
 	}
 	cancel()
+}
+
+// TestSpeakerReportsWhatItApplies: every change given to the announcer is bracketed by
+// Applying and Applied with the members it came from, so that the membership tells the
+// peers only what the announcer really does.
+func TestSpeakerReportsWhatItApplies(t *testing.T) {
+	m := newFakeMembers("gw-a", "gw-b")
+	a := &fakeAnnouncer{calls: make(chan struct{}, 1), m: m}
+	s := NewSpeaker("gw-a", m, a, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { s.Run(ctx) })
+	s.SetAddresses(map[netip.Addr][]string{netip.MustParseAddr("192.0.2.1"): {"eth0"}, netip.MustParseAddr("192.0.2.2"): {"eth0"}})
+	m.set("gw-b")
+	want := []string{"applying gw-b", "set", "applied gw-b"}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.mu.Lock()
+		ev := slices.Clone(m.events)
+		m.mu.Unlock()
+		if len(ev) >= 3 && slices.Equal(ev[len(ev)-3:], want) {
+			if len(ev)%3 != 0 {
+				t.Errorf("events %q: a Set not bracketed by Applying and Applied", ev)
+			}
+			for i := 0; i+2 < len(ev); i += 3 {
+				if !strings.HasPrefix(ev[i], "applying ") || ev[i+1] != "set" || ev[i+2] != "applied "+strings.TrimPrefix(ev[i], "applying ") {
+					t.Errorf("events %q: %q, %q, %q is not Applying, Set, Applied of the same members", ev, ev[i], ev[i+1], ev[i+2])
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %q, want them to end with %q", ev, want)
+		}
+	}
+	cancel()
+	wg.Wait()
 }

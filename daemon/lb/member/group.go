@@ -76,6 +76,12 @@ type Group struct {
 	linkUp  map[string]bool // the joined interfaces' carrier at the last check
 	members []string
 	bad     int // datagrams refused (unsigned, wrong key, malformed)
+	// What the announcer follows, as the speaker reports it (Applying, Applied): the peers
+	// whose addresses it answers for none of, and whether it may still answer for some of
+	// this gateway's own. reporting: the speaker has reported at least once.
+	applied   []string
+	answering bool
+	reporting bool
 }
 
 // Open binds the heartbeat socket and joins the group on every interface there is; the
@@ -233,7 +239,13 @@ func (g *Group) Run(ctx context.Context) error {
 func (g *Group) send() {
 	g.mu.Lock()
 	g.seq++
-	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.inc, Seq: g.seq, Draining: g.view.Draining(), Listening: g.view.Listening(g.cfg.Now())}
+	now := g.cfg.Now()
+	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.inc, Seq: g.seq}
+	unannounced := g.view.Unannounced(now)
+	g.view.Announce(&hb, g.answering, now)
+	if g.reporting {
+		hb.Confirms, hb.Applied = true, g.view.Confirm(g.applied, now, g.cfg.Leases)
+	}
 	ifaces := make([]*net.Interface, 0, len(g.joined))
 	for _, name := range slices.Sorted(maps.Keys(g.joined)) {
 		ifaces = append(ifaces, g.joined[name])
@@ -247,10 +259,16 @@ func (g *Group) send() {
 		// A send that fails (the link is down) is tried again at the next interval.
 		_, _ = g.pc.WriteTo(b, nil, g.dst)
 	}
+	if unannounced {
+		// Said ready just now: with no live peer to confirm it, this gateway claims at once.
+		g.recompute()
+	}
 }
 
 func (g *Group) receive() {
-	buf := make([]byte, 1500)
+	// A heartbeat confirms every peer it applies: on a segment of many gateways it outgrows
+	// an Ethernet frame and arrives in fragments.
+	buf := make([]byte, 1<<16)
 	for {
 		n, _, err := g.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -300,17 +318,17 @@ func (g *Group) checkLinks() {
 // recompute derives the members and signals Changed when they differ.
 func (g *Group) recompute() {
 	g.mu.Lock()
-	m := g.view.Members(g.cfg.Now(), g.cfg.Leases)
+	now := g.cfg.Now()
+	m := g.view.Members(now, g.cfg.Leases)
 	same := slices.Equal(m, g.members)
 	selfChanged := slices.Contains(m, g.cfg.Name) != slices.Contains(g.members, g.cfg.Name)
 	g.members = m
+	// Ready (done listening) but not said yet: say it now, not at the next tick.
+	unannounced := g.view.Unannounced(now)
 	g.mu.Unlock()
-	if selfChanged {
+	if selfChanged || unannounced {
 		// This gateway starts (or stops) claiming: tell the peers now, not at the next tick.
-		select {
-		case g.wake <- struct{}{}:
-		default:
-		}
+		g.wakeSend()
 	}
 	if !same {
 		g.cfg.Log.Info("gateways on the segment", "members", strings.Join(m, ","))
@@ -318,6 +336,13 @@ func (g *Group) recompute() {
 		case g.notif <- struct{}{}:
 		default:
 		}
+	}
+}
+
+func (g *Group) wakeSend() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -331,17 +356,40 @@ func (g *Group) Members() []string {
 // Changed signals (coalesced) that Members changed.
 func (g *Group) Changed() <-chan struct{} { return g.notif }
 
-// SetDraining hands this gateway's addresses over (or takes its share again): the next
-// heartbeat, sent at once, tells the peers, and this gateway owns nothing meanwhile.
+// SetDraining hands this gateway's addresses over (or takes its share again): it owns
+// nothing from now, and its heartbeats say it drains once the speaker reports the
+// addresses let go (Applied), so that the peers take them only then. Serving again, it
+// says so at once and claims once the peers confirm they let its share go.
 func (g *Group) SetDraining(d bool) {
 	g.mu.Lock()
-	g.view.SetDraining(d, g.cfg.Now())
+	g.view.SetDraining(d)
 	g.mu.Unlock()
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
+	g.wakeSend()
 	g.recompute()
+}
+
+// Applying tells the group that the speaker is about to make the announcer follow
+// members: until Applied, the announcer may answer for what either the members it
+// followed or these give this gateway, and for the addresses of no peer absent from
+// either. The heartbeats say so (Heartbeat.Applied, and this gateway's own readiness).
+func (g *Group) Applying(members []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reporting = true
+	g.applied = slices.DeleteFunc(slices.Clone(g.applied), func(p string) bool { return !slices.Contains(members, p) })
+	g.answering = g.answering || slices.Contains(members, g.cfg.Name)
+}
+
+// Applied tells the group that the announcer follows members now (Applying went before),
+// and sends a heartbeat at once: a peer waiting for this gateway to let its addresses go,
+// or to stop answering before it takes this gateway's, hears it without delay.
+func (g *Group) Applied(members []string) {
+	g.mu.Lock()
+	g.reporting = true
+	g.applied = slices.DeleteFunc(slices.Clone(members), func(p string) bool { return p == g.cfg.Name })
+	g.answering = slices.Contains(members, g.cfg.Name)
+	g.mu.Unlock()
+	g.wakeSend()
 }
 
 // Peers describes the peers heard, and the datagrams refused.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,5 +204,82 @@ func TestGroupCloseWithoutRun(t *testing.T) {
 		r := start(t, Config{Name: "gw-a", Interfaces: []string{"hb0"}, Port: 7481})
 		r.end()
 		r.Close()
+	})
+}
+
+// applier stands in for the speaker of a group: it reports every change of the members as
+// applied (Applying, then Applied), each only once held is false, as an announcer that
+// takes its time would.
+type applier struct {
+	held atomic.Bool
+	stop context.CancelFunc
+	done sync.WaitGroup
+}
+
+func follow(t *testing.T, g *running) *applier {
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &applier{stop: cancel}
+	apply := func() {
+		m := g.Members()
+		g.Applying(m)
+		for a.held.Load() && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		g.Applied(m)
+	}
+	a.done.Go(func() {
+		apply()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-g.Changed():
+				apply()
+			}
+		}
+	})
+	t.Cleanup(func() { a.stop(); a.done.Wait() })
+	return a
+}
+
+// stays checks, for a while, that g's members do not become other than want: what a
+// gateway must not do before its peer lets go.
+func stays(t *testing.T, g *running, what string, want ...string) {
+	t.Helper()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if got := g.Members(); !slices.Equal(got, want) {
+			t.Fatalf("%s: members %v, want %v until the peer has let go", what, got, want)
+		}
+	}
+}
+
+// TestGroupHandsOverOnlyOnceLetGo: with speakers that report what they applied, a gateway
+// coming back (done draining) claims only once its peer's announcer has let its addresses
+// go, and a draining gateway's peer takes them only once the drainer's has, however long
+// either announcer takes (here: held for a second, five times the timed Handover).
+func TestGroupHandsOverOnlyOnceLetGo(t *testing.T) {
+	segment(t, func(inB func(func())) {
+		a := start(t, Config{Name: "gw-a", Interfaces: []string{"hb0"}})
+		var b *running
+		inB(func() { b = start(t, Config{Name: "gw-b", Interfaces: []string{"hb1"}}) })
+		sa, sb := follow(t, a), follow(t, b)
+		waitMembers(t, a, "gw-a", "gw-b")
+		waitMembers(t, b, "gw-a", "gw-b")
+
+		// gw-a drains while its announcer is slow to let go: gw-b keeps gw-a a member.
+		sa.held.Store(true)
+		a.SetDraining(true)
+		stays(t, b, "gw-a drains, its announcer still answering", "gw-a", "gw-b")
+		sa.held.Store(false)
+		waitMembers(t, b, "gw-b")
+
+		// gw-a serves again while gw-b's announcer is slow to let gw-a's share go: gw-a
+		// waits for it.
+		sb.held.Store(true)
+		a.SetDraining(false)
+		waitMembers(t, b, "gw-a", "gw-b")
+		stays(t, a, "gw-a serves again, gw-b's announcer still answering", "gw-b")
+		sb.held.Store(false)
+		waitMembers(t, a, "gw-a", "gw-b")
 	})
 }

@@ -17,14 +17,33 @@ type Heartbeat struct {
 	// Incarnation is the sender's start time (Unix nanoseconds): a restarted peer is new.
 	Incarnation int64  `json:"inc"`
 	Seq         uint64 `json:"seq"`
-	// Draining: the sender is handing its addresses over and must not be given any.
+	// Draining: the sender has handed its addresses over (it answers for none of them any
+	// more) and must not be given any.
 	Draining bool `json:"draining,omitempty"`
-	// Listening: the sender has just started and listens for its peers before it claims
-	// anything; it is given addresses only once it says it is done, the moment it starts
-	// answering for them, so that a restarted gateway takes its addresses back without a
-	// gap and without two gateways answering.
+	// Listening: the sender answers for none of its addresses and is not ready to: it has
+	// just started, or its link just came back, and it listens for its peers first (or
+	// every link of it is down). It is given addresses only once it says it is ready.
 	Listening bool `json:"listening,omitempty"`
+	// Confirms: the sender reports in Applied what its announcer follows. A sender that
+	// does not (a group without a speaker) is waited for View.Handover instead.
+	Confirms bool `json:"confirms,omitempty"`
+	// Applied names the peers whose addresses the sender's announcer answers for none of,
+	// because it counts them as members, each with the last heartbeat of theirs it had
+	// heard. A gateway that has said it is ready claims its addresses once every live peer
+	// names it here with that heartbeat or a later one: by then no peer answers for them.
+	Applied map[string]Mark `json:"applied,omitempty"`
 }
+
+// Mark names one heartbeat of a gateway.
+type Mark struct {
+	Incarnation int64  `json:"inc"`
+	Seq         uint64 `json:"seq"`
+}
+
+// atLeast reports whether m is heartbeat o or a later one of the same incarnation.
+func (m Mark) atLeast(o Mark) bool { return m.Incarnation == o.Incarnation && m.Seq >= o.Seq }
+
+func markOf(h Heartbeat) Mark { return Mark{Incarnation: h.Incarnation, Seq: h.Seq} }
 
 // LeaseView reports when this gateway last saw a peer's node Lease renewed, on its own
 // clock (the time the change arrived, not the peer's renewTime: clocks of two gateways
@@ -33,24 +52,33 @@ type LeaseView func(name string) (observed time.Time, ok bool)
 
 // View is the membership one gateway derives from the heartbeats it hears and the Leases
 // it sees. It is not safe for concurrent use; Group serialises it.
+//
+// Handing an address over is causal, not timed: a gateway says it no longer answers for
+// its addresses (Draining, Listening) only once its announcer has let them go, so a peer
+// that takes them on hearing it never answers alongside; and a gateway that becomes ready
+// (done listening, or done draining) says so first and claims only once each live peer
+// has confirmed, in its own heartbeat, that its announcer has let them go. Between gateways
+// that confirm, no handover depends on how fast either hears, computes or applies.
 type View struct {
 	Self string
 	// Timeout: a peer not heard for longer is gone (unless its Lease says otherwise).
 	Timeout time.Duration
 	// LeaseFresh: a Lease seen renewed within it counts as a live peer's.
 	LeaseFresh time.Duration
-	// Handover is how long this gateway waits, after telling its peers it is ready (at
-	// the end of its listening, or of a drain), before it claims anything: the peer that
-	// holds its addresses meanwhile lets them go as soon as it hears, so that no address
-	// is ever answered by both. Addresses of a dead peer are not delayed: its silence,
-	// not this gateway's readiness, moves them.
+	// Handover is how long this gateway waits, after saying it is ready, for a live peer
+	// that does not confirm (Heartbeat.Confirms false: a group without a speaker) before it
+	// claims. Peers that confirm are waited for instead, however long they take. Addresses
+	// of a dead peer are not delayed: its silence, not this gateway's readiness, moves them.
 	Handover time.Duration
 
 	started  time.Time
-	claimAt  time.Time // not before this (Handover after the last readiness)
-	isolated bool      // every heartbeat interface is down
+	isolated bool // every heartbeat interface is down
 	draining bool
-	peers    map[string]*peerState
+	// ready is the heartbeat that told the peers this gateway is ready, sent at readyAt;
+	// readyAt is zero while it is not ready or has not said so yet.
+	ready   Mark
+	readyAt time.Time
+	peers   map[string]*peerState
 }
 
 type peerState struct {
@@ -65,8 +93,9 @@ func NewView(self string, timeout, leaseFresh time.Duration, now time.Time) *Vie
 }
 
 // Heard records a heartbeat and reports whether it changed what Members can return: a
-// new peer, a restarted one, one heard again after a silence, or one starting or ending to
-// drain. A heartbeat of this gateway's own name (its own multicast looped back) is ignored.
+// new peer, a restarted one, one heard again after a silence, one starting or ending to
+// drain or to listen, or one now confirming this gateway's readiness (or no longer). A
+// heartbeat of this gateway's own name (its own multicast looped back) is ignored.
 func (v *View) Heard(h Heartbeat, at time.Time) bool {
 	if h.Name == v.Self || h.Name == "" {
 		return false
@@ -79,22 +108,23 @@ func (v *View) Heard(h Heartbeat, at time.Time) bool {
 	if h.Incarnation < p.hb.Incarnation || h.Incarnation == p.hb.Incarnation && h.Seq <= p.hb.Seq {
 		return false // late or replayed
 	}
-	changed := h.Incarnation != p.hb.Incarnation || h.Draining != p.hb.Draining || h.Listening != p.hb.Listening || at.Sub(p.heard) > v.Timeout
+	changed := h.Incarnation != p.hb.Incarnation || h.Draining != p.hb.Draining || h.Listening != p.hb.Listening ||
+		h.Confirms != p.hb.Confirms || v.confirms(h) != v.confirms(p.hb) || at.Sub(p.heard) > v.Timeout
 	p.hb, p.heard = h, at
 	return changed
 }
 
-// SetDraining marks this gateway as handing its addresses over (it owns nothing from
-// now), or as serving again at now (it claims again Handover later).
-func (v *View) SetDraining(d bool, now time.Time) {
-	if v.draining && !d {
-		v.claimAt = now.Add(v.Handover)
-	}
-	v.draining = d
+// confirms reports whether h confirms this gateway's readiness: its sender's announcer
+// answers for none of this gateway's addresses, as of the heartbeat that said it is ready
+// or a later one.
+func (v *View) confirms(h Heartbeat) bool {
+	m, ok := h.Applied[v.Self]
+	return ok && !v.readyAt.IsZero() && m.atLeast(v.ready)
 }
 
-// Draining reports whether this gateway drains.
-func (v *View) Draining() bool { return v.draining }
+// SetDraining marks this gateway as handing its addresses over (it owns nothing from
+// now), or as serving again (it says so, and claims once its peers confirm).
+func (v *View) SetDraining(d bool) { v.draining = d }
 
 // SetIsolated records whether every interface heartbeats go out on is down: an isolated
 // gateway claims nothing (it could not answer anyway), and when a link comes back it
@@ -109,26 +139,93 @@ func (v *View) Relisten(now time.Time) { v.started = now }
 // Listening reports whether this gateway still listens for its peers at now.
 func (v *View) Listening(now time.Time) bool { return now.Sub(v.started) < v.Timeout }
 
-// Members returns the gateways that own addresses now, sorted: this one (unless it drains
-// or is still listening after its start), every peer heard within Timeout that does not
-// drain, and every silent peer whose Lease was seen renewed after it fell silent and
-// recently: such a peer is alive on the other side of a partition, and keeping it a member
-// keeps both sides computing the same owners. leases may be nil (no cluster).
+// wantsReady reports whether this gateway would own addresses at now, once its peers let
+// them go.
+func (v *View) wantsReady(now time.Time) bool {
+	return !v.draining && !v.isolated && !v.Listening(now)
+}
+
+// Announce fills in what heartbeat h, sent at now, tells the peers about this gateway, and
+// records it. answering: this gateway's announcer may still answer for some of its own
+// addresses (see Group.Applying). A gateway that wants to be ready says so at once, and the
+// first such heartbeat is the one its peers must confirm; one that is not says so
+// (Draining, or Listening) only once it no longer answers, and until then says it is
+// ready, which it still is to the segment: no peer takes over an address still answered.
+func (v *View) Announce(h *Heartbeat, answering bool, now time.Time) {
+	if v.wantsReady(now) {
+		if v.readyAt.IsZero() {
+			v.ready, v.readyAt = markOf(*h), now
+		}
+		return
+	}
+	v.ready, v.readyAt = Mark{}, time.Time{}
+	if !answering {
+		h.Draining, h.Listening = v.draining, !v.draining
+	}
+}
+
+// Unannounced reports whether this gateway is ready at now but has not said so yet.
+func (v *View) Unannounced(now time.Time) bool { return v.wantsReady(now) && v.readyAt.IsZero() }
+
+// Members returns the gateways that own addresses now, sorted:
+//   - this one once it is ready (not draining, isolated or still listening), has said so,
+//     and every live peer that is a member has confirmed it (Heartbeat.Applied; Handover
+//     for a peer that does not confirm), and for as long as they do: a peer that stops
+//     yielding to it (it took this gateway for gone) makes it let go too;
+//   - every peer heard within Timeout that does not drain or listen;
+//   - every silent peer whose Lease was seen renewed after it fell silent and recently:
+//     such a peer is alive on the other side of a partition, and keeping it a member keeps
+//     both sides computing the same owners (it cannot hear this gateway, so it is not
+//     asked to confirm).
+//
+// leases may be nil (no cluster).
 func (v *View) Members(now time.Time, leases LeaseView) []string {
 	var out []string
-	if !v.draining && !v.isolated && !v.Listening(now) && !now.Before(v.started.Add(v.Timeout+v.Handover)) && !now.Before(v.claimAt) {
-		out = append(out, v.Self)
-	}
+	confirmed := v.wantsReady(now) && !v.readyAt.IsZero()
 	for _, name := range slices.Sorted(maps.Keys(v.peers)) {
 		p := v.peers[name]
-		if p.hb.Draining || p.hb.Listening {
+		if !v.member(name, p, now, leases) {
 			continue
 		}
-		if now.Sub(p.heard) <= v.Timeout || v.partitioned(name, p, now, leases) {
-			out = append(out, name)
+		out = append(out, name)
+		if now.Sub(p.heard) <= v.Timeout && !v.confirmedBy(p, now) {
+			confirmed = false
 		}
 	}
+	if confirmed {
+		out = append(out, v.Self)
+	}
 	slices.Sort(out)
+	return out
+}
+
+// confirmedBy reports whether live peer p lets this gateway claim at now: it confirmed its
+// readiness or, not confirming at all, Handover has passed since this gateway said it.
+func (v *View) confirmedBy(p *peerState, now time.Time) bool {
+	if p.hb.Confirms {
+		return v.confirms(p.hb)
+	}
+	return !now.Before(v.readyAt.Add(v.Handover))
+}
+
+// member reports whether peer name owns addresses at now.
+func (v *View) member(name string, p *peerState, now time.Time, leases LeaseView) bool {
+	if p.hb.Draining || p.hb.Listening {
+		return false
+	}
+	return now.Sub(p.heard) <= v.Timeout || v.partitioned(name, p, now, leases)
+}
+
+// Confirm returns what this gateway's heartbeat confirms (Heartbeat.Applied): of the
+// peers applied (those its announcer answers for none of the addresses of), each that is
+// a member now, with the last heartbeat heard from it.
+func (v *View) Confirm(applied []string, now time.Time, leases LeaseView) map[string]Mark {
+	out := map[string]Mark{}
+	for _, name := range applied {
+		if p := v.peers[name]; p != nil && v.member(name, p, now, leases) {
+			out[name] = markOf(p.hb)
+		}
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -13,19 +14,37 @@ var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
+// announce has v send heartbeat seq of incarnation 1 at at, as Group does every Interval,
+// with its announcer answering for nothing of its own, and returns what it says.
+func announce(v *View, seq uint64, at time.Time) Heartbeat {
+	h := Heartbeat{Name: v.Self, Incarnation: 1, Seq: seq}
+	v.Announce(&h, false, at)
+	return h
+}
+
 func TestViewListensBeforeItClaims(t *testing.T) {
 	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	if h := announce(v, 1, t0.Add(ms(100))); !h.Listening || h.Draining {
+		t.Errorf("heartbeat while listening: %+v", h)
+	}
 	if m := v.Members(t0.Add(ms(100)), nil); len(m) != 0 {
 		t.Errorf("members while still listening: %v, want none", m)
 	}
 	// A peer still listening is not given anything either, until it says it is done.
 	v.Heard(Heartbeat{Name: "gw-c", Incarnation: 1, Seq: 1, Listening: true}, t0.Add(ms(120)))
-	if m := v.Members(t0.Add(ms(400)), nil); slices.Contains(m, "gw-c") {
-		t.Errorf("a listening peer is a member: %v", m)
+	if m := v.Members(t0.Add(ms(400)), nil); len(m) != 0 {
+		t.Errorf("members %v: a listening peer, or a gateway that has not said it is ready", m)
+	}
+	if !v.Unannounced(t0.Add(ms(400))) {
+		t.Error("done listening, and not said so, but not Unannounced")
+	}
+	if h := announce(v, 2, t0.Add(ms(400))); h.Listening || h.Draining {
+		t.Errorf("heartbeat once done listening: %+v", h)
 	}
 	if !v.Heard(Heartbeat{Name: "gw-c", Incarnation: 1, Seq: 2}, t0.Add(ms(420))) {
 		t.Error("a peer done listening did not change the view")
 	}
+	// gw-c does not confirm (no speaker) and Handover is zero: gw-a claims at once.
 	if m := v.Members(t0.Add(ms(420)), nil); !slices.Equal(m, []string{"gw-a", "gw-c"}) {
 		t.Errorf("members %v, want gw-a and gw-c", m)
 	}
@@ -70,6 +89,7 @@ func TestViewPeerDiesAndReturns(t *testing.T) {
 // gateway owns nothing itself.
 func TestViewDraining(t *testing.T) {
 	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	announce(v, 1, t0.Add(ms(400)))
 	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 1}, t0.Add(ms(450)))
 	if !v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 2, Draining: true}, t0.Add(ms(500))) {
 		t.Error("a peer starting to drain did not change the view")
@@ -77,7 +97,7 @@ func TestViewDraining(t *testing.T) {
 	if m := v.Members(t0.Add(ms(500)), nil); !slices.Equal(m, []string{"gw-a"}) {
 		t.Errorf("members %v, want gw-a alone while gw-b drains", m)
 	}
-	v.SetDraining(true, t0.Add(ms(500)))
+	v.SetDraining(true)
 	if m := v.Members(t0.Add(ms(500)), nil); len(m) != 0 {
 		t.Errorf("members %v while both drain, want none", m)
 	}
@@ -88,6 +108,7 @@ func TestViewDraining(t *testing.T) {
 // (its Lease last renewed before its last heartbeat) leaves at Timeout.
 func TestViewPartition(t *testing.T) {
 	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	announce(v, 1, t0.Add(ms(400)))
 	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 1, Seq: 1}, t0.Add(ms(500)))
 	v.Heard(Heartbeat{Name: "gw-c", Incarnation: 1, Seq: 1}, t0.Add(ms(500)))
 	leases := map[string]time.Time{
@@ -136,37 +157,149 @@ func TestLeaseWatchSeesRenewals(t *testing.T) {
 	}
 }
 
-// TestViewHandover: with a handover delay, a gateway says it is ready (done listening, or
-// done draining) at once but claims only after the delay, so that the peer holding its
-// addresses lets them go first.
+// TestViewHandover: a gateway that becomes ready (done listening, done draining) says so
+// at once and claims once every live peer has confirmed that heartbeat (or a later one of
+// the same incarnation) as applied, however long that takes; a peer that does not confirm
+// (no speaker) is waited for Handover. A partitioned peer, which cannot hear, is not asked.
 func TestViewHandover(t *testing.T) {
 	v := NewView("gw-a", ms(400), 30*time.Second, t0)
 	v.Handover = ms(200)
-	if v.Listening(t0.Add(ms(400))) {
-		t.Error("still listening after the timeout")
+	hb := func(seq uint64, applied map[string]Mark) Heartbeat {
+		return Heartbeat{Name: "gw-b", Incarnation: 7, Seq: seq, Confirms: true, Applied: applied}
 	}
-	if m := v.Members(t0.Add(ms(599)), nil); slices.Contains(m, "gw-a") {
-		t.Errorf("claims before the handover delay: %v", m)
+	v.Heard(hb(1, map[string]Mark{}), t0.Add(ms(100)))
+	announce(v, 3, t0.Add(ms(380))) // still listening: not the ready heartbeat
+	ready := announce(v, 4, t0.Add(ms(400)))
+	announce(v, 5, t0.Add(ms(500))) // a later heartbeat changes nothing: 4 said it
+	at := t0.Add(ms(400))
+	for i, applied := range []map[string]Mark{
+		{},                           // gw-b has not applied gw-a yet
+		{"gw-a": {1, 3}},             // an earlier heartbeat: gw-b may not have heard gw-a is ready
+		{"gw-a": {2, 9}},             // another incarnation of gw-a
+		{"gw-c": {1, 4}},             // someone else
+		{"gw-a": {1, 3}, "gw-c": {}}, // still too early
+	} {
+		at = at.Add(ms(100))
+		v.Heard(hb(uint64(2+i), applied), at)
+		if m := v.Members(at, nil); slices.Contains(m, "gw-a") { // past Handover, too
+			t.Errorf("claims %v with gw-b's applied %v (gw-a said ready in %+v)", m, applied, ready)
+		}
 	}
-	if m := v.Members(t0.Add(ms(600)), nil); !slices.Contains(m, "gw-a") {
-		t.Errorf("does not claim after the handover delay: %v", m)
+	at = at.Add(ms(100))
+	if !v.Heard(hb(10, map[string]Mark{"gw-a": {1, 4}}), at) {
+		t.Error("gw-b's confirmation did not change the view")
 	}
-	v.SetDraining(true, t0.Add(ms(1000)))
-	v.SetDraining(false, t0.Add(ms(2000)))
-	if m := v.Members(t0.Add(ms(2100)), nil); slices.Contains(m, "gw-a") {
-		t.Errorf("claims again before the handover delay after a drain: %v", m)
+	if m := v.Members(at, nil); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Errorf("members %v once gw-b confirmed, want gw-a and gw-b", m)
 	}
-	if m := v.Members(t0.Add(ms(2200)), nil); !slices.Contains(m, "gw-a") {
-		t.Errorf("does not claim again after a drain: %v", m)
+	v.Heard(hb(11, map[string]Mark{"gw-a": {1, 5}}), at.Add(ms(100)))
+	if m := v.Members(at.Add(ms(100)), nil); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Errorf("members %v with a later heartbeat confirmed, want gw-a and gw-b", m)
+	}
+
+	// Draining: nothing owned at once; serving again: claimed once confirmed again.
+	at = at.Add(time.Second)
+	v.SetDraining(true)
+	if m := v.Members(at, nil); slices.Contains(m, "gw-a") {
+		t.Errorf("a draining gateway claims: %v", m)
+	}
+	if h := announce(v, 20, at); !h.Draining || h.Listening {
+		t.Errorf("heartbeat while draining, nothing answered: %+v", h)
+	}
+	v.Heard(hb(12, map[string]Mark{}), at.Add(ms(50)))
+	v.SetDraining(false)
+	again := announce(v, 21, at.Add(ms(100)))
+	if again.Draining || again.Listening {
+		t.Errorf("heartbeat serving again: %+v", again)
+	}
+	v.Heard(hb(13, map[string]Mark{"gw-a": {1, 5}}), at.Add(ms(150))) // a stale confirmation
+	if m := v.Members(at.Add(ms(500)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims %v again on a confirmation from before its drain", m)
+	}
+	v.Heard(hb(14, map[string]Mark{"gw-a": {1, 21}}), at.Add(ms(200)))
+	if m := v.Members(at.Add(ms(200)), nil); !slices.Contains(m, "gw-a") {
+		t.Errorf("does not claim again once confirmed after a drain: %v", m)
+	}
+
+	// A peer without a speaker does not confirm: it is waited for Handover.
+	w := NewView("gw-a", ms(400), 30*time.Second, t0)
+	w.Handover = ms(200)
+	w.Heard(Heartbeat{Name: "gw-b", Incarnation: 7, Seq: 1}, t0.Add(ms(350)))
+	announce(w, 1, t0.Add(ms(450)))
+	w.Heard(Heartbeat{Name: "gw-b", Incarnation: 7, Seq: 2}, t0.Add(ms(550)))
+	if m := w.Members(t0.Add(ms(649)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims before Handover with a peer that does not confirm: %v", m)
+	}
+	if m := w.Members(t0.Add(ms(650)), nil); !slices.Contains(m, "gw-a") {
+		t.Errorf("does not claim after Handover with a peer that does not confirm: %v", m)
+	}
+
+	// A silent peer alive by its Lease (partitioned) is a member, but is not asked.
+	p := NewView("gw-a", ms(400), 30*time.Second, t0)
+	p.Heard(hb(1, map[string]Mark{}), t0.Add(ms(100)))
+	announce(p, 1, t0.Add(10*time.Second))
+	leases := func(string) (time.Time, bool) { return t0.Add(9 * time.Second), true }
+	if m := p.Members(t0.Add(10*time.Second), leases); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Errorf("members %v with gw-b partitioned, want gw-a and gw-b", m)
+	}
+}
+
+// TestViewSaysNotReadyOnlyOnceLetGo: a gateway that stops being ready (drains, is
+// isolated, listens again) keeps saying it is ready while its announcer may still answer
+// for its addresses, so that no peer takes one over before it is let go.
+func TestViewSaysNotReadyOnlyOnceLetGo(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	now := t0.Add(time.Second)
+	ready := announce(v, 1, now)
+	v.SetDraining(true)
+	h := Heartbeat{Name: "gw-a", Incarnation: 1, Seq: 2}
+	if v.Announce(&h, true, now); h.Draining || h.Listening {
+		t.Errorf("says %+v while its announcer may still answer", h)
+	}
+	if h := announce(v, 3, now); !h.Draining {
+		t.Errorf("does not say it drains once let go: %+v", h)
+	}
+	v.SetDraining(false)
+	if h := announce(v, 4, now); h.Draining || h.Listening {
+		t.Errorf("heartbeat serving again: %+v", h)
+	}
+	if v.ready == markOf(ready) {
+		t.Error("the readiness before the drain still counts")
+	}
+	v.SetIsolated(true)
+	h = Heartbeat{Name: "gw-a", Incarnation: 1, Seq: 5}
+	if v.Announce(&h, true, now); h.Listening {
+		t.Errorf("isolated, says %+v while its announcer may still answer", h)
+	}
+	// Its link back before it noticed: it says it is not ready, so the peer that took its
+	// addresses over keeps them.
+	if h := announce(v, 6, now); !h.Listening || h.Draining {
+		t.Errorf("isolated and let go, says %+v", h)
+	}
+}
+
+// TestViewConfirm: a heartbeat confirms the peers applied that are members now, each with
+// the last heartbeat heard from it.
+func TestViewConfirm(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	now := t0.Add(time.Second)
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 3, Seq: 8}, now)
+	v.Heard(Heartbeat{Name: "gw-c", Incarnation: 4, Seq: 2, Draining: true}, now)
+	v.Heard(Heartbeat{Name: "gw-d", Incarnation: 5, Seq: 1}, now)
+	got := v.Confirm([]string{"gw-b", "gw-c", "gw-e"}, now, nil)
+	if want := map[string]Mark{"gw-b": {3, 8}}; !maps.Equal(got, want) {
+		t.Errorf("confirms %v, want %v", got, want)
 	}
 }
 
 // TestViewIsolatedAndRelisten: an isolated gateway claims nothing; after Relisten it
-// listens (and says so) for Timeout, then waits Handover, before it claims again.
+// listens (and says so) for Timeout, then says it is ready, and claims once its peers
+// confirm.
 func TestViewIsolatedAndRelisten(t *testing.T) {
 	v := NewView("gw-a", ms(400), 30*time.Second, t0)
 	v.Handover = ms(200)
 	now := t0.Add(time.Second)
+	announce(v, 1, now)
 	if m := v.Members(now, nil); !slices.Contains(m, "gw-a") {
 		t.Fatalf("members %v", m)
 	}
@@ -179,10 +312,19 @@ func TestViewIsolatedAndRelisten(t *testing.T) {
 	if !v.Listening(now.Add(ms(399))) || v.Listening(now.Add(ms(400))) {
 		t.Error("Relisten does not listen for Timeout")
 	}
-	if m := v.Members(now.Add(ms(599)), nil); slices.Contains(m, "gw-a") {
-		t.Errorf("claims %v after a relisten, before Timeout+Handover", m)
+	if h := announce(v, 2, now.Add(ms(100))); !h.Listening {
+		t.Errorf("heartbeat while listening again: %+v", h)
 	}
-	if m := v.Members(now.Add(ms(600)), nil); !slices.Contains(m, "gw-a") {
-		t.Errorf("does not claim after Timeout+Handover: %v", m)
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 2, Seq: 1, Confirms: true}, now.Add(ms(150)))
+	if m := v.Members(now.Add(ms(400)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims %v after a relisten before saying it is ready", m)
+	}
+	announce(v, 3, now.Add(ms(400)))
+	if m := v.Members(now.Add(ms(540)), nil); slices.Contains(m, "gw-a") {
+		t.Errorf("claims %v before gw-b confirms", m)
+	}
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 2, Seq: 2, Confirms: true, Applied: map[string]Mark{"gw-a": {1, 3}}}, now.Add(ms(450)))
+	if m := v.Members(now.Add(ms(450)), nil); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Errorf("members %v once gw-b confirmed, want gw-a and gw-b", m)
 	}
 }
