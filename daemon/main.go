@@ -331,8 +331,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 	select {
 	case <-stop.Done():
 		// Draining: /healthz fails, the Node turns not ready, and the LoadBalancer IPs go to
-		// the peers, which announce them as soon as they hear; two heartbeats later this
-		// gateway stops answering for good.
+		// the peers: this gateway stops answering for them, then says so in a heartbeat,
+		// which the peers wait for before they answer. Two heartbeat intervals give that
+		// heartbeat time to leave; a slower speaker only makes the peers take over at their
+		// heartbeat timeout instead (a gap, never two answers).
 		dr.set(drainShutdown, true)
 		if lbs != nil && lbs.group != nil {
 			time.Sleep(2 * cfg.LoadBalancer.HeartbeatInterval.Duration)

@@ -1,0 +1,585 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/board"
+	"github.com/edgegate/edgegate/daemon/update"
+	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/image"
+	"github.com/edgegate/edgegate/firmware/layout"
+)
+
+// TestUpdate is the A/B update end to end: real firmware on a disk image booted through
+// UEFI (OVMF on x86_64, AAVMF on arm64) with systemd-boot, persistent disk and NVRAM, the
+// bundle uploaded to the dashboard from the host. On qemu-x86_64 the whole list: refused
+// bundles write nothing; a good update commits and survives a power cut right after the
+// commit; a release whose daemon never becomes healthy rolls back by itself after its
+// tries; power cuts while the slot is written, after it is written (staged) and during the
+// trial boot. On qemu-arm64: a good update, and a release that panics at every boot
+// (kernel panic, a boot loop) rolls back by itself. The times from the upload to the
+// commit and to the rollback are logged (-v).
+func TestUpdate(t *testing.T) {
+	for _, name := range firmwareBoards {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b, err := board.Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			RequireUEFI(t, b)
+			RequireTools(t, image.Tools...)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			defer cancel()
+			u := newUpdateTest(ctx, t, b)
+			u.boot(t)
+			u.waitReady(t)
+			if st := u.status(t); !st.Available || st.Slot != layout.SlotA || st.Version != "v1.0.0" {
+				t.Fatalf("factory image: %+v", st)
+			}
+			if name == "qemu-x86_64" {
+				t.Run("refused", u.refused)
+				t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, true) })
+				t.Run("never-healthy", func(t *testing.T) { u.rollback(t, "v1.2.0-unhealthy", layout.SlotA, "unhealthy slot=a boot=") })
+				t.Run("cut-while-writing", u.cutWhileWriting)
+				t.Run("cut-staged-and-trial", u.cutStagedAndTrial)
+			} else {
+				t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, false) })
+				t.Run("panics", func(t *testing.T) { u.rollback(t, "v1.2.0-panics", layout.SlotA, "EDGEGATE-PANICINIT") })
+			}
+			u.vm.Kill()
+			_, _ = u.vm.Wait()
+		})
+	}
+}
+
+// The firmware's configuration in the test releases: the dashboard's token from the data
+// partition, a short trial, and (the unhealthy release) a manifests directory that is not
+// there, so the daemon never loads its source: a broken release, not a test hook.
+const (
+	updateConfig = `dashboardTokenFile: /var/lib/edgegate/dashboard-token
+update:
+  trialTimeout: 20s
+`
+	unhealthyConfig = updateConfig + "manifests: /etc/edgegate/no-such-directory\n"
+	dashboardToken  = "0123456789abcdef0123456789abcdef"
+)
+
+// updateTest is one board's gateway: its disk and NVRAM, its releases as bundles, and the
+// VM that runs it.
+type updateTest struct {
+	ctx     context.Context
+	board   board.Board
+	log     *slog.Logger
+	dir     string
+	pub     bundle.PublicKey
+	priv    bundle.PrivateKey
+	pubFile string
+	disk    string
+	vars    string
+	port    int
+	bundles map[string]string // by version
+	vm      *VM
+}
+
+func newUpdateTest(ctx context.Context, t *testing.T, b board.Board) *updateTest {
+	t.Helper()
+	u := &updateTest{ctx: ctx, board: b, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), dir: t.TempDir(),
+		bundles: map[string]string{}}
+	var err error
+	if u.pub, u.priv, err = bundle.GenerateKey(rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	u.pubFile = filepath.Join(u.dir, "firmware.pub")
+	writeTestFile(t, u.pubFile, u.pub.Marshal())
+	configs := map[string]string{"good": updateConfig, "unhealthy": unhealthyConfig}
+	for name, c := range configs {
+		writeTestFile(t, filepath.Join(u.dir, name+".yaml"), []byte(c))
+	}
+	start := time.Now()
+	daemon := "github.com/edgegate/edgegate/daemon"
+	releases := []struct{ version, init, config string }{
+		{"v1.0.0", daemon, "good"}, {"v1.1.0", daemon, "good"},
+	}
+	if b.Name == "qemu-x86_64" {
+		releases = append(releases, struct{ version, init, config string }{"v1.2.0-unhealthy", daemon, "unhealthy"},
+			struct{ version, init, config string }{"v1.3.0", daemon, "good"})
+	} else {
+		releases = append(releases, struct{ version, init, config string }{"v1.2.0-panics", "github.com/edgegate/edgegate/qemu/testdata/panicinit", ""})
+	}
+	for _, r := range releases {
+		u.release(t, r.version, r.init, r.config)
+	}
+	cache, err := debianCache(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loader, err := image.FetchBootLoader(ctx, u.log, b.Arch, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(u.dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(data, "dashboard-token"), []byte(dashboardToken+"\n"))
+	u.disk, u.vars = filepath.Join(u.dir, "disk.img"), filepath.Join(u.dir, "vars.fd")
+	if _, err := image.Build(ctx, u.log, u.disk, image.Spec{Board: b, BootLoader: loader, DataDir: data,
+		A: &image.Slot{Bundle: u.bundles["v1.0.0"], Keys: []bundle.PublicKey{u.pub}, Generation: 1,
+			Options: []string{"edgegate.ip=eth0:" + guestAddr}}}); err != nil {
+		t.Fatal(err)
+	}
+	u.port = freePort(t)
+	t.Logf("%s: %d releases built and bundled, disk image made in %v", b.Name, len(releases), time.Since(start).Round(time.Millisecond))
+	return u
+}
+
+// release builds a firmware with version and bundles it, signed with the test key. An
+// empty config leaves the image's configuration out (an init that is not the daemon).
+func (u *updateTest) release(t *testing.T, version, init, config string) {
+	t.Helper()
+	img := TestImage{Board: u.board, Init: init, Version: version, UpdateKeys: []string{u.pubFile}}
+	if config != "" {
+		img.Config = filepath.Join(u.dir, config+".yaml")
+		img.Manifests = "testdata/firmwaretest/manifests"
+	}
+	fw, err := BuildTestImage(u.ctx, u.log, t.TempDir(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.bundles[version] = u.makeBundle(t, version, u.board.Name, fw.Kernel(), fw.Initramfs(), u.priv)
+}
+
+func (u *updateTest) makeBundle(t *testing.T, version, boardName, kernel, initramfs string, key bundle.PrivateKey) string {
+	t.Helper()
+	file := filepath.Join(u.dir, fmt.Sprintf("%s-%s-%s.bundle", boardName, version, key.ID))
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := bundle.CreateFiles(f, bundle.Release{Board: boardName, Version: version, BuildTime: time.Now()}, kernel, initramfs, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// boot powers the gateway on: same disk, same NVRAM as before.
+func (u *updateTest) boot(t *testing.T) {
+	t.Helper()
+	vm, err := Start(u.ctx, Options{
+		Board: u.board, UEFIVars: u.vars, AllowReboot: true, Disks: []Disk{{Path: u.disk}},
+		NICs:    []NIC{{Netdev: fmt.Sprintf("user,restrict=on,hostfwd=tcp:127.0.0.1:%d-:80", u.port)}},
+		Timeout: 12 * time.Minute,
+		Console: func(line string) { t.Log(line) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.vm = vm
+}
+
+// powerCut kills QEMU, as pulling the plug does, and powers the gateway on again.
+func (u *updateTest) powerCut(t *testing.T) {
+	t.Helper()
+	u.vm.Kill()
+	_, _ = u.vm.Wait()
+	u.boot(t)
+}
+
+func (u *updateTest) wait(t *testing.T, marker string) Line {
+	t.Helper()
+	l, err := u.vm.WaitFor(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// waitReady waits for a fresh boot's first sync and for the dashboard to answer.
+func (u *updateTest) waitReady(t *testing.T) {
+	t.Helper()
+	u.wait(t, "EDGEGATE-READY")
+	u.waitDashboard(t)
+}
+
+// waitDashboard waits for the dashboard to answer (a trial boot commits after its first
+// sync, so after a commit marker the boot's EDGEGATE-READY is behind the console cursor).
+func (u *updateTest) waitDashboard(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := u.request(http.MethodGet, "/api/update", nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dashboard does not answer: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (u *updateTest) request(method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(u.ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", u.port, path), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+dashboardToken)
+	return http.DefaultClient.Do(req)
+}
+
+func (u *updateTest) status(t *testing.T) update.Status {
+	t.Helper()
+	resp, err := u.request(http.MethodGet, "/api/update", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st update.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// answer is the dashboard's answer to an update action.
+type answer struct {
+	Attempt *update.Attempt `json:"attempt"`
+	Error   string          `json:"error"`
+}
+
+// post sends an update action; body nil for activate.
+func (u *updateTest) post(t *testing.T, path string, body io.Reader) (int, answer) {
+	t.Helper()
+	resp, err := u.request(http.MethodPost, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatalf("POST %s: %d, answer: %v", path, resp.StatusCode, err)
+	}
+	return resp.StatusCode, a
+}
+
+func (u *updateTest) upload(t *testing.T, file, query string) (int, answer) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return u.post(t, "/api/update"+query, f)
+}
+
+// slot returns the status of one slot.
+func slot(st update.Status, s layout.Slot) update.SlotStatus {
+	for _, ss := range st.Slots {
+		if ss.Slot == s {
+			return ss
+		}
+	}
+	return update.SlotStatus{}
+}
+
+// refused: a bundle for another board, one whose kernel was altered after signing and
+// one signed with a key the firmware does not trust are refused with their reason, and
+// the ESP is not touched.
+func (u *updateTest) refused(t *testing.T) {
+	esp, err := image.OpenESP(u.disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := espDigest(u.ctx, t, esp)
+	good := u.bundles["v1.1.0"]
+	raw, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's first bytes follow the manifest and the signature in the archive.
+	tampered := slices.Clone(raw)
+	i := bytes.Index(tampered, []byte("\x00kernel\x00"))
+	if i < 0 {
+		i = len(tampered) / 2
+	} else {
+		i += 4096
+	}
+	tampered[i] ^= 0xff
+	tamperedFile := filepath.Join(u.dir, "tampered.bundle")
+	writeTestFile(t, tamperedFile, tampered)
+	_, stranger, err := bundle.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := filepath.Join(u.dir, "extract")
+	kernel, initramfs := extractParts(t, good, u.pub, fw)
+	for _, c := range []struct {
+		name, file, reason string
+	}{
+		{"wrong board", u.makeBundle(t, "v1.1.0", "qemu-arm64", kernel, initramfs, u.priv), "wrong board"},
+		{"tampered", tamperedFile, "part does not match the manifest"},
+		{"unknown key", u.makeBundle(t, "v1.1.0", u.board.Name, kernel, initramfs, stranger), "unknown signing key"},
+	} {
+		code, a := u.upload(t, c.file, "")
+		if code != http.StatusUnprocessableEntity || !strings.Contains(a.Error, c.reason) || a.Attempt == nil || a.Attempt.Phase != update.PhaseRefused {
+			t.Errorf("%s: %d %+v, want 422 refused with %q", c.name, code, a, c.reason)
+		}
+		t.Logf("%s: %d %s", c.name, code, a.Error)
+	}
+	if after := espDigest(u.ctx, t, esp); after != before {
+		t.Errorf("refused bundles changed the ESP:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	st := u.status(t)
+	if len(st.History) != 3 || st.Pending != nil || slot(st, layout.SlotB).State != "no boot entry" {
+		t.Errorf("after the refusals: %d history entries, pending %v, slot B %+v", len(st.History), st.Pending, slot(st, layout.SlotB))
+	}
+}
+
+// good uploads a release, watches the new slot's trial boot commit, and checks that it
+// stays: with cutAfterCommit the power goes right after the commit.
+func (u *updateTest) good(t *testing.T, version string, to layout.Slot, cutAfterCommit bool) {
+	from := u.status(t).Version
+	start := time.Now()
+	code, a := u.upload(t, u.bundles[version], "")
+	if code != http.StatusOK || a.Attempt == nil || a.Attempt.Phase != update.PhaseTrial {
+		t.Fatalf("upload: %d %+v", code, a)
+	}
+	uploaded := time.Since(start)
+	u.wait(t, fmt.Sprintf("EDGEGATE-UPDATE trial slot=%s boot=1/%d", to, update.DefaultTries))
+	u.wait(t, "EDGEGATE-UPDATE committed slot="+string(to))
+	took := time.Since(start)
+	if cutAfterCommit {
+		u.powerCut(t)
+		u.waitReady(t)
+	} else {
+		u.waitDashboard(t)
+	}
+	st := u.status(t)
+	h := st.History[0]
+	if st.Slot != to || st.Version != version || st.Trial != nil || h.Phase != update.PhaseCommitted ||
+		h.From.Version != from || h.To != (update.Firmware{Slot: to, Version: version}) || h.TrialBoots != 1 {
+		t.Fatalf("after the update: slot %s %s trial %v, last attempt %+v", st.Slot, st.Version, st.Trial, h)
+	}
+	if s := slot(st, to); s.State != "committed" || !s.BootsNext {
+		t.Errorf("slot %s after the commit: %+v", to, s)
+	}
+	if s := slot(st, to.Other()); s.State != "committed" || s.Firmware != from {
+		t.Errorf("the old slot after the commit: %+v, want committed %s to go back to", s, from)
+	}
+	t.Logf("%s: good update %s -> %s: upload %v, upload to committed %v (cut after commit: %v)",
+		u.board.Name, from, version, uploaded.Round(time.Millisecond), took.Round(time.Millisecond), cutAfterCommit)
+}
+
+// rollback uploads a release that never becomes healthy; each of its boots prints
+// badMarker. The boot loader must bring the old slot back by itself once the tries are
+// spent, and the old firmware reports the rollback.
+func (u *updateTest) rollback(t *testing.T, version string, to layout.Slot, badMarker string) {
+	before := u.status(t)
+	start := time.Now()
+	code, a := u.upload(t, u.bundles[version], "")
+	if code != http.StatusOK || a.Attempt == nil || a.Attempt.Phase != update.PhaseTrial {
+		t.Fatalf("upload: %d %+v", code, a)
+	}
+	for boot := 1; boot <= update.DefaultTries; boot++ {
+		u.wait(t, badMarker)
+	}
+	u.wait(t, fmt.Sprintf("EDGEGATE-UPDATE rolled-back slot=%s", to))
+	u.waitReady(t)
+	took := time.Since(start)
+	st := u.status(t)
+	h := st.History[0]
+	if st.Slot != before.Slot || st.Version != before.Version || h.Phase != update.PhaseRolledBack ||
+		!strings.Contains(h.Reason, fmt.Sprintf("did not prove healthy in %d boot(s)", update.DefaultTries)) || h.To.Version != version {
+		t.Fatalf("after the rollback: slot %s %s, last attempt %+v", st.Slot, st.Version, h)
+	}
+	if s := slot(st, to); s.State != "no boot entry" {
+		t.Errorf("the bad slot after the rollback: %+v", s)
+	}
+	t.Logf("%s: rollback from %s: upload to the old firmware ready again %v; reason: %s", u.board.Name, version, took.Round(time.Millisecond), h.Reason)
+}
+
+// cutWhileWriting cuts the power while the bundle streams in: the gateway comes back on
+// its slot and reports the update interrupted.
+func (u *updateTest) cutWhileWriting(t *testing.T) {
+	before := u.status(t)
+	f, err := os.Open(u.bundles["v1.3.0"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	done := make(chan error, 1)
+	go func() {
+		resp, err := u.request(http.MethodPost, "/api/update", &slowReader{r: f, chunk: 256 << 10, pause: 100 * time.Millisecond})
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	u.wait(t, "EDGEGATE-UPDATE receiving")
+	for {
+		s := u.status(t)
+		if s.Pending != nil && s.Pending.Bytes > st.Size()/3 {
+			t.Logf("power cut at %d of %d bytes", s.Pending.Bytes, st.Size())
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	u.powerCut(t)
+	<-done
+	u.waitReady(t)
+	after := u.status(t)
+	h := after.History[0]
+	if after.Slot != before.Slot || after.Pending != nil || h.Phase != update.PhaseInterrupted || h.To.Version != "v1.3.0" {
+		t.Fatalf("after a cut while writing: slot %s, pending %v, last attempt %+v", after.Slot, after.Pending, h)
+	}
+	if s := slot(after, before.Slot.Other()); s.State != "no boot entry" {
+		t.Errorf("the half-written slot: %+v", s)
+	}
+}
+
+// cutStagedAndTrial stages an update, cuts the power (written, not switched), activates it
+// after the reboot, and cuts the power again during the first trial boot: the second try
+// commits.
+func (u *updateTest) cutStagedAndTrial(t *testing.T) {
+	before := u.status(t)
+	to := before.Slot.Other()
+	if code, a := u.upload(t, u.bundles["v1.3.0"], "?activate=0"); code != http.StatusOK || a.Attempt.Phase != update.PhaseStaged {
+		t.Fatalf("staging: %d %+v", code, a)
+	}
+	u.powerCut(t)
+	u.waitReady(t)
+	st := u.status(t)
+	if st.Slot != before.Slot || st.Pending == nil || st.Pending.Phase != update.PhaseStaged {
+		t.Fatalf("after a cut while staged: slot %s, pending %+v", st.Slot, st.Pending)
+	}
+	if code, a := u.post(t, "/api/update/activate", nil); code != http.StatusOK || a.Attempt.Phase != update.PhaseTrial {
+		t.Fatalf("activate: %d %+v", code, a)
+	}
+	u.wait(t, fmt.Sprintf("EDGEGATE-UPDATE trial slot=%s boot=1/", to))
+	u.powerCut(t)
+	u.wait(t, fmt.Sprintf("EDGEGATE-UPDATE trial slot=%s boot=2/", to))
+	u.wait(t, "EDGEGATE-UPDATE committed slot="+string(to))
+	u.waitDashboard(t)
+	st = u.status(t)
+	h := st.History[0]
+	if st.Slot != to || st.Version != "v1.3.0" || h.Phase != update.PhaseCommitted || h.TrialBoots != 2 {
+		t.Fatalf("after a cut during the trial: slot %s %s, last attempt %+v", st.Slot, st.Version, h)
+	}
+}
+
+// slowReader hands out chunk bytes per pause, so that a power cut can come mid-upload.
+type slowReader struct {
+	r     io.Reader
+	chunk int
+	pause time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	time.Sleep(s.pause)
+	return s.r.Read(p[:min(len(p), s.chunk)])
+}
+
+// espDigest lists the ESP's files with their sizes and digests.
+func espDigest(ctx context.Context, t *testing.T, esp image.ESP) string {
+	t.Helper()
+	files, err := esp.Files(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		data, err := esp.ReadFile(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %d %x\n", f, len(data), sha256.Sum256(data))
+	}
+	return b.String()
+}
+
+// extractParts writes a bundle's kernel and initramfs into dir.
+func extractParts(t *testing.T, file string, key bundle.PublicKey, dir string) (kernel, initramfs string) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	br, err := bundle.Open(f, bundle.Policy{Board: bundleBoard(t, file), Keys: []bundle.PublicKey{key}, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kernel, initramfs = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs.cpio.gz")
+	for _, p := range []struct {
+		file string
+		copy func(io.Writer) (int64, error)
+	}{{kernel, br.CopyKernel}, {initramfs, br.CopyInitramfs}} {
+		out, err := os.Create(p.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.copy(out); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kernel, initramfs
+}
+
+// bundleBoard reads the board from a bundle file's name (<board>-<version>-<key>.bundle).
+func bundleBoard(t *testing.T, file string) string {
+	t.Helper()
+	for _, name := range firmwareBoards {
+		if strings.HasPrefix(filepath.Base(file), name+"-") {
+			return name
+		}
+	}
+	t.Fatalf("%s: no board in the name", file)
+	return ""
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func writeTestFile(t *testing.T, file string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
