@@ -13,7 +13,7 @@ FUZZTIME  ?= 15s
 # Pure packages: no kernel, run with the race detector.
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
-             ./daemon/lb/pool/... ./daemon/update/... ./firmware/...
+             ./daemon/lb/pool/... ./daemon/update ./firmware/...
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).
 NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/... ./daemon/lb/announce/...
@@ -64,7 +64,7 @@ test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
 	@out=$$(gofmt -l daemon lab board initramfs qemu firmware); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
-	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
+	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./daemon/update/rollout/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
 test-unit:
 	$(GO) test -race -count=1 $(PURE)

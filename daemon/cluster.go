@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -20,6 +25,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/node"
 	"github.com/edgegate/edgegate/daemon/source/cache"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
+	"github.com/edgegate/edgegate/daemon/update/rollout"
 )
 
 // toBeDeletedTaint is the cluster autoscaler's mark on a node it is about to remove; with a
@@ -32,6 +38,7 @@ const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 type joined struct {
 	source *cluster.Source
 	client kubernetes.Interface
+	rest   *rest.Config
 	member *node.Member
 	routes *node.Routes
 	table  *route.Kernel
@@ -66,7 +73,7 @@ func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), h
 	if err != nil {
 		return nil, err
 	}
-	j := &joined{table: table, client: client, health: health, drains: dr, log: log}
+	j := &joined{table: table, client: client, rest: rc, health: health, drains: dr, log: log}
 	var file *cache.File
 	if cfg.StateDir != "" {
 		file = cache.NewFile(cfg.StateDir)
@@ -171,3 +178,34 @@ func (j *joined) waitReady(ctx context.Context) bool {
 
 // close releases what join opened; the routes stay in the kernel.
 func (j *joined) close() { j.table.Close() }
+
+// rolloutController is the firmware's part of fleet rollouts (FirmwareRollout objects):
+// it drains the gateway through dr, downloads the bundle and hands it to the updater.
+// Bundles on https are verified against the cluster's CA and the system's, where the
+// firmware has any.
+func (j *joined) rolloutController(nodeName string, updates rollout.Updater, dr *drains, settle time.Duration) (*rollout.Controller, error) {
+	dyn, err := dynamic.NewForConfig(j.rest)
+	if err != nil {
+		return nil, fmt.Errorf("cluster client for FirmwareRollouts: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	ca := j.rest.TLSClientConfig.CAData
+	if len(ca) == 0 && j.rest.TLSClientConfig.CAFile != "" {
+		if ca, err = os.ReadFile(j.rest.TLSClientConfig.CAFile); err != nil {
+			return nil, fmt.Errorf("cluster CA for bundle downloads: %w", err)
+		}
+	}
+	roots.AppendCertsFromPEM(ca)
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return &rollout.Controller{
+		NodeName: nodeName, Client: j.client, Dynamic: dyn, Updater: updates,
+		Drain:      func(on bool) { dr.set(drainUpdate, on) },
+		Settle:     settle,
+		HTTPClient: &http.Client{Transport: transport},
+		Log:        j.log.With("component", "rollout"),
+	}, nil
+}

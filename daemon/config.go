@@ -19,6 +19,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/daemon/update"
+	"github.com/edgegate/edgegate/daemon/update/rollout"
 )
 
 // Config is the daemon's configuration. Flags use kube-proxy's spelling where the meaning is
@@ -94,6 +95,9 @@ type ConntrackConfiguration struct {
 type UpdateConfiguration struct {
 	Tries        int      `json:"tries"`
 	TrialTimeout Duration `json:"trialTimeout"`
+	// DrainSettle is how long a gateway a fleet rollout updates drains (its /healthz
+	// failing, its LoadBalancer IPs handed over) before it downloads and reboots.
+	DrainSettle Duration `json:"drainSettle"`
 }
 
 // LoadBalancerConfiguration is the LoadBalancer IP part: the pools, their announcement
@@ -157,7 +161,8 @@ func defaults() Config {
 		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
 		LoadBalancer: LoadBalancerConfiguration{HeartbeatPort: member.DefaultPort,
 			HeartbeatInterval: Duration{member.DefaultInterval}, HeartbeatTimeout: Duration{member.DefaultTimeout}},
-		Update: UpdateConfiguration{Tries: update.DefaultTries, TrialTimeout: Duration{update.DefaultTrialTimeout}},
+		Update: UpdateConfiguration{Tries: update.DefaultTries, TrialTimeout: Duration{update.DefaultTrialTimeout},
+			DrainSettle: Duration{rollout.DefaultSettle}},
 		Conntrack: ConntrackConfiguration{MaxPerCore: conntrack.DefaultTuning.MaxPerCore, Min: conntrack.DefaultTuning.Min,
 			TCPEstablishedTimeout: Duration{conntrack.DefaultTuning.TCPEstablished}, TCPCloseWaitTimeout: Duration{conntrack.DefaultTuning.TCPCloseWait}},
 
@@ -248,6 +253,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.LoadBalancer.KeyFile, "lb-key-file", c.LoadBalancer.KeyFile, "file with the site's heartbeat key (signs heartbeats); empty: unsigned")
 	fs.IntVar(&c.Update.Tries, "update-tries", c.Update.Tries, "firmware: boots a new firmware gets to prove healthy before the old slot comes back")
 	fs.Var(durationFlag{&c.Update.TrialTimeout}, "update-trial-timeout", "firmware: how long a new firmware's boot may take to become healthy (network up, source loaded, rules programmed) before it reboots")
+	fs.Var(durationFlag{&c.Update.DrainSettle}, "update-drain-settle", "firmware: how long a gateway drains before a fleet rollout updates it (load balancers notice its failing /healthz)")
 	fs.IntVar(&c.Conntrack.MaxPerCore, "conntrack-max-per-core", c.Conntrack.MaxPerCore, "connection tracking entries per CPU (nf_conntrack_max, raised, never lowered); 0 leaves the table size alone")
 	fs.IntVar(&c.Conntrack.Min, "conntrack-min", c.Conntrack.Min, "least nf_conntrack_max, whatever the CPUs")
 	fs.Var(durationFlag{&c.Conntrack.TCPEstablishedTimeout}, "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
@@ -326,6 +332,9 @@ func (c *Config) validate() error {
 	}
 	if c.Update.Tries < 1 || c.Update.Tries > 9 {
 		errs = append(errs, fmt.Errorf("--update-tries (update.tries): %d, want 1 to 9", c.Update.Tries))
+	}
+	if c.Update.DrainSettle.Duration < 0 {
+		errs = append(errs, fmt.Errorf("--update-drain-settle (update.drainSettle): must not be negative"))
 	}
 	if c.Update.TrialTimeout.Duration < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--update-trial-timeout (update.trialTimeout): %s, want at least 10s (a boot takes seconds)", c.Update.TrialTimeout))

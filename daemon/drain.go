@@ -8,9 +8,10 @@ import (
 
 // Drain reasons.
 const (
-	drainNodeRemoval = "node removal" // the gateway's Node is being deleted or autoscaled away
-	drainOperator    = "operator"     // the dashboard's drain action
-	drainShutdown    = "shutdown"     // the daemon is stopping
+	drainNodeRemoval = "node removal"    // the gateway's Node is being deleted or autoscaled away
+	drainOperator    = "operator"        // the dashboard's drain action
+	drainShutdown    = "shutdown"        // the daemon is stopping
+	drainUpdate      = "firmware update" // a fleet rollout updates this gateway
 )
 
 // drains joins the reasons a gateway drains into one state: while any holds, /healthz fails

@@ -32,6 +32,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/daemon/runner"
 	"github.com/edgegate/edgegate/daemon/source/manifests"
+	"github.com/edgegate/edgegate/daemon/update/rollout"
 )
 
 // version is set at build time (-ldflags -X main.version=...).
@@ -198,7 +199,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		p.Programmed = lbs.programmed
 	}
 	var r *runner.Runner
-	var cl *joined // nil when standalone
+	var cl *joined                   // nil when standalone
+	var rollouts *rollout.Controller // nil but on the firmware in cluster mode
 	// What a trial boot's health check asks of the daemon (see daemonHealth).
 	var sourceLoaded, programmed atomic.Bool
 	var tuned sync.Once
@@ -232,6 +234,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		defer cl.close()
 		if lbs != nil {
 			if err := lbs.attach(cl.client); err != nil {
+				return err
+			}
+		}
+		if fw != nil {
+			if rollouts, err = cl.rolloutController(pc.NodeName, fw.updates, dr, cfg.Update.DrainSettle.Duration); err != nil {
 				return err
 			}
 		}
@@ -282,6 +289,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "cluster", cfg.clusterServer(), "stateDir", cfg.StateDir)
 		for name, fn := range cl.components(r.Run) {
 			start(name, func() error { fn(ctx); return nil })
+		}
+		if rollouts != nil {
+			start("rollout", func() error { return rollouts.Run(ctx) })
 		}
 	case cfg.Manifests != "":
 		log.Info("starting", "version", version, "mode", cfg.ProxyMode, "node", pc.NodeName, "manifests", cfg.Manifests)

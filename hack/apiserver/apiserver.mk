@@ -18,10 +18,12 @@ cluster-binaries:
 # Everything that needs a real API server: the harness's own tests (objects survive an
 # apiserver restart, the gateway's token and kubeconfig, a cluster inside a network
 # namespace), the gateway's membership and cache against it with deploy/'s RBAC
-# (daemon/node), and the edgegate binary joined to it in the lab (lab/cluster/...). Needs root.
+# (daemon/node), the fleet rollout of three gateways with deploy/'s CRD and RBAC
+# (daemon/update/rollout), and the edgegate binary joined to it in the lab
+# (lab/cluster/...). Needs root.
 test-cluster: cluster-binaries
 	@hack/require-root.sh
-	$(GO) test -count=1 -timeout 15m ./daemon/node/... ./daemon/lb/alloc/... ./lab/cluster/...
+	$(GO) test -count=1 -timeout 15m ./daemon/node/... ./daemon/lb/alloc/... ./daemon/update/rollout/... ./lab/cluster/...
 
 cluster-clean:
 	rm -rf out/cluster
