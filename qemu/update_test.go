@@ -80,9 +80,9 @@ update:
 	dashboardToken  = "0123456789abcdef0123456789abcdef"
 )
 
-// updateTest is one board's gateway: its disk and NVRAM, its releases as bundles, and the
-// VM that runs it.
-type updateTest struct {
+// releases are one board's test firmware releases as signed bundles, with the key they
+// trust and the boot loader their disk images carry.
+type releases struct {
 	ctx     context.Context
 	board   board.Board
 	log     *slog.Logger
@@ -90,68 +90,97 @@ type updateTest struct {
 	pub     bundle.PublicKey
 	priv    bundle.PrivateKey
 	pubFile string
-	disk    string
-	vars    string
-	port    int
+	loader  image.BootLoader
 	bundles map[string]string // by version
-	vm      *VM
 }
 
-func newUpdateTest(ctx context.Context, t *testing.T, b board.Board) *updateTest {
+// releaseSpec is one release: its version, the package that becomes /init, and its
+// configuration file in the releases' directory ("" for none).
+type releaseSpec struct{ version, init, config string }
+
+const daemonPkg = "github.com/edgegate/edgegate/daemon"
+
+func newReleases(ctx context.Context, t *testing.T, b board.Board, specs []releaseSpec, configs map[string]string) *releases {
 	t.Helper()
-	u := &updateTest{ctx: ctx, board: b, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), dir: t.TempDir(),
+	r := &releases{ctx: ctx, board: b, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), dir: t.TempDir(),
 		bundles: map[string]string{}}
 	var err error
-	if u.pub, u.priv, err = bundle.GenerateKey(rand.Reader); err != nil {
+	if r.pub, r.priv, err = bundle.GenerateKey(rand.Reader); err != nil {
 		t.Fatal(err)
 	}
-	u.pubFile = filepath.Join(u.dir, "firmware.pub")
-	writeTestFile(t, u.pubFile, u.pub.Marshal())
-	configs := map[string]string{"good": updateConfig, "unhealthy": unhealthyConfig}
+	r.pubFile = filepath.Join(r.dir, "firmware.pub")
+	writeTestFile(t, r.pubFile, r.pub.Marshal())
 	for name, c := range configs {
-		writeTestFile(t, filepath.Join(u.dir, name+".yaml"), []byte(c))
+		writeTestFile(t, filepath.Join(r.dir, name+".yaml"), []byte(c))
 	}
 	start := time.Now()
-	daemon := "github.com/edgegate/edgegate/daemon"
-	releases := []struct{ version, init, config string }{
-		{"v1.0.0", daemon, "good"}, {"v1.1.0", daemon, "good"},
-	}
-	if b.Name == "qemu-x86_64" {
-		releases = append(releases, struct{ version, init, config string }{"v1.2.0-unhealthy", daemon, "unhealthy"},
-			struct{ version, init, config string }{"v1.3.0", daemon, "good"})
-	} else {
-		releases = append(releases, struct{ version, init, config string }{"v1.2.0-panics", "github.com/edgegate/edgegate/qemu/testdata/panicinit", ""})
-	}
-	for _, r := range releases {
-		u.release(t, r.version, r.init, r.config)
+	for _, s := range specs {
+		r.release(t, s.version, s.init, s.config)
 	}
 	cache, err := debianCache(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	loader, err := image.FetchBootLoader(ctx, u.log, b.Arch, cache)
-	if err != nil {
+	if r.loader, err = image.FetchBootLoader(ctx, r.log, b.Arch, cache); err != nil {
 		t.Fatal(err)
 	}
-	data := filepath.Join(u.dir, "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
+	t.Logf("%s: %d releases built and bundled in %v", b.Name, len(specs), time.Since(start).Round(time.Millisecond))
+	return r
+}
+
+// updateTest is one gateway: its disk (slot A holding v1.0.0) and NVRAM, how its NIC
+// reaches the host, and the VM that runs it.
+type updateTest struct {
+	*releases
+	name   string
+	disk   string
+	vars   string
+	port   int    // the dashboard, forwarded from the host's loopback
+	netdev string // further user-mode network options (guestfwd)
+	vm     *VM
+}
+
+// gateway makes a gateway's disk image: slot A from v1.0.0, data holding the files given
+// (name: content) besides the dashboard's token.
+func (r *releases) gateway(t *testing.T, name string, data map[string]string, netdev string) *updateTest {
+	t.Helper()
+	u := &updateTest{releases: r, name: name, netdev: netdev, port: freePort(t)}
+	dir := filepath.Join(r.dir, name)
+	content := filepath.Join(dir, "data")
+	if err := os.MkdirAll(content, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	writeTestFile(t, filepath.Join(data, "dashboard-token"), []byte(dashboardToken+"\n"))
-	u.disk, u.vars = filepath.Join(u.dir, "disk.img"), filepath.Join(u.dir, "vars.fd")
-	if _, err := image.Build(ctx, u.log, u.disk, image.Spec{Board: b, BootLoader: loader, DataDir: data,
-		A: &image.Slot{Bundle: u.bundles["v1.0.0"], Keys: []bundle.PublicKey{u.pub}, Generation: 1,
+	writeTestFile(t, filepath.Join(content, "dashboard-token"), []byte(dashboardToken+"\n"))
+	for f, c := range data {
+		writeTestFile(t, filepath.Join(content, f), []byte(c))
+	}
+	u.disk, u.vars = filepath.Join(dir, "disk.img"), filepath.Join(dir, "vars.fd")
+	if _, err := image.Build(r.ctx, r.log, u.disk, image.Spec{Board: r.board, BootLoader: r.loader, DataDir: content,
+		A: &image.Slot{Bundle: r.bundles["v1.0.0"], Keys: []bundle.PublicKey{r.pub}, Generation: 1,
 			Options: []string{"edgegate.ip=eth0:" + guestAddr}}}); err != nil {
 		t.Fatal(err)
 	}
-	u.port = freePort(t)
-	t.Logf("%s: %d releases built and bundled, disk image made in %v", b.Name, len(releases), time.Since(start).Round(time.Millisecond))
 	return u
 }
 
+func newUpdateTest(ctx context.Context, t *testing.T, b board.Board) *updateTest {
+	t.Helper()
+	specs := []releaseSpec{{"v1.0.0", daemonPkg, "good"}, {"v1.1.0", daemonPkg, "good"}}
+	if b.Name == "qemu-x86_64" {
+		specs = append(specs, releaseSpec{"v1.2.0-unhealthy", daemonPkg, "unhealthy"}, releaseSpec{"v1.3.0", daemonPkg, "good"})
+	} else {
+		specs = append(specs, releaseSpec{"v1.2.0-panics", panicInit, ""})
+	}
+	r := newReleases(ctx, t, b, specs, map[string]string{"good": updateConfig, "unhealthy": unhealthyConfig})
+	return r.gateway(t, "gw", nil, "")
+}
+
+// panicInit is the init of a release that panics at every boot.
+const panicInit = "github.com/edgegate/edgegate/qemu/testdata/panicinit"
+
 // release builds a firmware with version and bundles it, signed with the test key. An
 // empty config leaves the image's configuration out (an init that is not the daemon).
-func (u *updateTest) release(t *testing.T, version, init, config string) {
+func (u *releases) release(t *testing.T, version, init, config string) {
 	t.Helper()
 	img := TestImage{Board: u.board, Init: init, Version: version, UpdateKeys: []string{u.pubFile}}
 	if config != "" {
@@ -165,7 +194,7 @@ func (u *updateTest) release(t *testing.T, version, init, config string) {
 	u.bundles[version] = u.makeBundle(t, version, u.board.Name, fw.Kernel(), fw.Initramfs(), u.priv)
 }
 
-func (u *updateTest) makeBundle(t *testing.T, version, boardName, kernel, initramfs string, key bundle.PrivateKey) string {
+func (u *releases) makeBundle(t *testing.T, version, boardName, kernel, initramfs string, key bundle.PrivateKey) string {
 	t.Helper()
 	file := filepath.Join(u.dir, fmt.Sprintf("%s-%s-%s.bundle", boardName, version, key.ID))
 	f, err := os.Create(file)
@@ -187,9 +216,9 @@ func (u *updateTest) boot(t *testing.T) {
 	t.Helper()
 	vm, err := Start(u.ctx, Options{
 		Board: u.board, UEFIVars: u.vars, AllowReboot: true, Disks: []Disk{{Path: u.disk}},
-		NICs:    []NIC{{Netdev: fmt.Sprintf("user,restrict=on,hostfwd=tcp:127.0.0.1:%d-:80", u.port)}},
-		Timeout: 12 * time.Minute,
-		Console: func(line string) { t.Log(line) },
+		NICs:    []NIC{{Netdev: fmt.Sprintf("user,restrict=on,hostfwd=tcp:127.0.0.1:%d-:80", u.port) + u.netdev}},
+		Timeout: 15 * time.Minute,
+		Console: func(line string) { t.Log(u.name + ": " + line) },
 	})
 	if err != nil {
 		t.Fatal(err)
