@@ -38,7 +38,9 @@ func (f *fakeUpdater) Install(_ context.Context, r io.Reader, req update.Request
 	return a, nil
 }
 
-func (f *fakeUpdater) Activate() (update.Attempt, error) { return update.Attempt{}, update.ErrNothingStaged }
+func (f *fakeUpdater) Activate() (update.Attempt, error) {
+	return update.Attempt{}, update.ErrNothingStaged
+}
 
 func (f *fakeUpdater) Cancel(string) (update.Attempt, error) {
 	return update.Attempt{ID: "1", Phase: update.PhaseCancelled}, nil

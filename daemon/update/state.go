@@ -71,8 +71,8 @@ type Attempt struct {
 	// Bytes is how much of the bundle was read.
 	Bytes int64 `json:"bytes"`
 	// Tries is the new slot's boot tries; TrialBoots how many of them started.
-	Tries      int `json:"tries,omitempty"`
-	TrialBoots int `json:"trialBoots,omitempty"`
+	Tries      int       `json:"tries,omitempty"`
+	TrialBoots int       `json:"trialBoots,omitempty"`
 	Started    time.Time `json:"started"`
 	Ended      time.Time `json:"ended,omitzero"`
 	Events     []Event   `json:"events"`
