@@ -244,7 +244,8 @@ func (g *Group) send() {
 	unannounced := g.view.Unannounced(now)
 	g.view.Announce(&hb, g.answering, now)
 	if g.reporting {
-		hb.Confirms, hb.Applied = true, g.view.Confirm(g.applied, now, g.cfg.Leases)
+		hb.Confirms = true
+		hb.Applied, hb.Unheard = g.view.Confirm(g.applied, now, g.cfg.Leases)
 	}
 	ifaces := make([]*net.Interface, 0, len(g.joined))
 	for _, name := range slices.Sorted(maps.Keys(g.joined)) {

@@ -32,6 +32,14 @@ type Heartbeat struct {
 	// heard. A gateway that has said it is ready claims its addresses once every live peer
 	// names it here with that heartbeat or a later one: by then no peer answers for them.
 	Applied map[string]Mark `json:"applied,omitempty"`
+	// Unheard names the peers of Applied that the sender counts as members without hearing
+	// them: silent, but alive by their Lease (a partition, perhaps one-way). Such a peer's
+	// readiness cannot reach the sender, so no mark of it will ever confirm it; this says
+	// instead that the sender answers for none of its addresses whatever it says, for as
+	// long as its heartbeats keep naming it here. A gateway named here claims on it: when
+	// it hears the sender but the sender does not hear it, one of the two must answer.
+	// Older senders leave it out, and are waited for as before.
+	Unheard []string `json:"unheard,omitempty"`
 }
 
 // Mark names one heartbeat of a gateway.
@@ -59,6 +67,12 @@ type LeaseView func(name string) (observed time.Time, ok bool)
 // (done listening, or done draining) says so first and claims only once each live peer
 // has confirmed, in its own heartbeat, that its announcer has let them go. Between gateways
 // that confirm, no handover depends on how fast either hears, computes or applies.
+//
+// When the heartbeats go one way only (this gateway hears a peer, the peer does not hear
+// it), the peer says in its heartbeat what it makes of the silence: taking this gateway
+// for gone, it answers its addresses and confirms nothing, so this gateway does not claim;
+// taking it for alive by its Lease, it answers none of them and says so (Unheard), so this
+// gateway claims without waiting for a confirmation that cannot come.
 type View struct {
 	Self string
 	// Timeout: a peer not heard for longer is gone (unless its Lease says otherwise).
@@ -109,17 +123,21 @@ func (v *View) Heard(h Heartbeat, at time.Time) bool {
 		return false // late or replayed
 	}
 	changed := h.Incarnation != p.hb.Incarnation || h.Draining != p.hb.Draining || h.Listening != p.hb.Listening ||
-		h.Confirms != p.hb.Confirms || v.confirms(h) != v.confirms(p.hb) || at.Sub(p.heard) > v.Timeout
+		h.Confirms != p.hb.Confirms || v.yields(h) != v.yields(p.hb) || at.Sub(p.heard) > v.Timeout
 	p.hb, p.heard = h, at
 	return changed
 }
 
-// confirms reports whether h confirms this gateway's readiness: its sender's announcer
-// answers for none of this gateway's addresses, as of the heartbeat that said it is ready
-// or a later one.
-func (v *View) confirms(h Heartbeat) bool {
+// yields reports whether h lets this gateway, ready and having said so, claim: its
+// sender's announcer answers for none of this gateway's addresses, as of the heartbeat
+// that said it is ready or a later one, or whatever this gateway says because the sender
+// does not hear it (Heartbeat.Unheard).
+func (v *View) yields(h Heartbeat) bool {
 	m, ok := h.Applied[v.Self]
-	return ok && !v.readyAt.IsZero() && m.atLeast(v.ready)
+	if !ok || v.readyAt.IsZero() {
+		return false
+	}
+	return m.atLeast(v.ready) || slices.Contains(h.Unheard, v.Self)
 }
 
 // SetDraining marks this gateway as handing its addresses over (it owns nothing from
@@ -170,8 +188,9 @@ func (v *View) Unannounced(now time.Time) bool { return v.wantsReady(now) && v.r
 // Members returns the gateways that own addresses now, sorted:
 //   - this one once it is ready (not draining, isolated or still listening), has said so,
 //     and every live peer that is a member has confirmed it (Heartbeat.Applied; Handover
-//     for a peer that does not confirm), and for as long as they do: a peer that stops
-//     yielding to it (it took this gateway for gone) makes it let go too;
+//     for a peer that does not confirm) or, not hearing this gateway, yields to it anyway
+//     (Heartbeat.Unheard), and for as long as they do: a peer that stops yielding to it
+//     (it took this gateway for gone) makes it let go too;
 //   - every peer heard within Timeout that does not drain or listen;
 //   - every silent peer whose Lease was seen renewed after it fell silent and recently:
 //     such a peer is alive on the other side of a partition, and keeping it a member keeps
@@ -200,43 +219,63 @@ func (v *View) Members(now time.Time, leases LeaseView) []string {
 }
 
 // confirmedBy reports whether live peer p lets this gateway claim at now: it confirmed its
-// readiness or, not confirming at all, Handover has passed since this gateway said it.
+// readiness (or yields without hearing it) or, not confirming at all, Handover has passed
+// since this gateway said it.
 func (v *View) confirmedBy(p *peerState, now time.Time) bool {
 	if p.hb.Confirms {
-		return v.confirms(p.hb)
+		return v.yields(p.hb)
 	}
 	return !now.Before(v.readyAt.Add(v.Handover))
 }
 
-// member reports whether peer name owns addresses at now.
+// member reports whether peer name owns addresses at now. A partitioned peer stays one
+// for Handover after its Lease turned stale: Confirm stops yielding to it at once, and
+// this gateway takes its addresses only after that, so that a peer which hears this one
+// but is not heard (and may still answer) lets them go first. It cannot confirm that it
+// did (it is not heard), so this is a margin, not a handover.
 func (v *View) member(name string, p *peerState, now time.Time, leases LeaseView) bool {
 	if p.hb.Draining || p.hb.Listening {
 		return false
 	}
-	return now.Sub(p.heard) <= v.Timeout || v.partitioned(name, p, now, leases)
+	return now.Sub(p.heard) <= v.Timeout || v.leaseAlive(name, p, now, leases, v.LeaseFresh+v.Handover)
 }
 
 // Confirm returns what this gateway's heartbeat confirms (Heartbeat.Applied): of the
 // peers applied (those its announcer answers for none of the addresses of), each that is
-// a member now, with the last heartbeat heard from it.
-func (v *View) Confirm(applied []string, now time.Time, leases LeaseView) map[string]Mark {
-	out := map[string]Mark{}
+// a member now, with the last heartbeat heard from it; and, of those, the ones it counts
+// as members without hearing them (Heartbeat.Unheard: partitioned). A partitioned peer
+// whose Lease just turned stale is in neither, though still a member for Handover.
+func (v *View) Confirm(applied []string, now time.Time, leases LeaseView) (map[string]Mark, []string) {
+	out, unheard := map[string]Mark{}, []string(nil)
 	for _, name := range applied {
-		if p := v.peers[name]; p != nil && v.member(name, p, now, leases) {
+		p := v.peers[name]
+		switch {
+		case p == nil || !v.member(name, p, now, leases):
+		case now.Sub(p.heard) <= v.Timeout:
 			out[name] = markOf(p.hb)
+		case v.partitioned(name, p, now, leases):
+			out[name] = markOf(p.hb)
+			unheard = append(unheard, name)
 		}
 	}
-	return out
+	slices.Sort(unheard)
+	return out, unheard
 }
 
 func (v *View) partitioned(name string, p *peerState, now time.Time, leases LeaseView) bool {
+	return v.leaseAlive(name, p, now, leases, v.LeaseFresh)
+}
+
+// leaseAlive reports whether silent peer p's Lease was seen renewed after it fell silent,
+// at most fresh before now.
+func (v *View) leaseAlive(name string, p *peerState, now time.Time, leases LeaseView, fresh time.Duration) bool {
 	if leases == nil {
 		return false
 	}
 	// The renewal must arrive well after the silence began: a dead peer's last renewal,
 	// made just before it died, may reach this gateway a little late through the API.
 	seen, ok := leases(name)
-	return ok && seen.After(p.heard.Add(max(v.Timeout, partitionMargin))) && now.Sub(seen) <= v.LeaseFresh
+	return ok && seen.After(p.heard.Add(max(v.Timeout, partitionMargin))) && now.Sub(seen) <= fresh
 }
 
 // Peers describes every peer heard, for the dashboard and logs.

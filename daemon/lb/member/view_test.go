@@ -286,9 +286,30 @@ func TestViewConfirm(t *testing.T) {
 	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 3, Seq: 8}, now)
 	v.Heard(Heartbeat{Name: "gw-c", Incarnation: 4, Seq: 2, Draining: true}, now)
 	v.Heard(Heartbeat{Name: "gw-d", Incarnation: 5, Seq: 1}, now)
-	got := v.Confirm([]string{"gw-b", "gw-c", "gw-e"}, now, nil)
-	if want := map[string]Mark{"gw-b": {3, 8}}; !maps.Equal(got, want) {
-		t.Errorf("confirms %v, want %v", got, want)
+	got, unheard := v.Confirm([]string{"gw-b", "gw-c", "gw-e"}, now, nil)
+	if want := map[string]Mark{"gw-b": {3, 8}}; !maps.Equal(got, want) || len(unheard) != 0 {
+		t.Errorf("confirms %v unheard %v, want %v and none", got, unheard, want)
+	}
+	// gw-d falls silent and its Lease is seen renewed later: partitioned, it is confirmed
+	// with the last heartbeat heard, and named as unheard. gw-b, silent with no renewal,
+	// is gone.
+	later := now.Add(5 * time.Second)
+	leases := func(name string) (time.Time, bool) { return later, name == "gw-d" }
+	got, unheard = v.Confirm([]string{"gw-b", "gw-d"}, later, leases)
+	if want := map[string]Mark{"gw-d": {5, 1}}; !maps.Equal(got, want) || !slices.Equal(unheard, []string{"gw-d"}) {
+		t.Errorf("confirms %v unheard %v, want %v and gw-d", got, unheard, want)
+	}
+	// Its Lease stale: no longer yielded to, though a member for Handover more.
+	v.Handover = ms(200)
+	stale := later.Add(v.LeaseFresh + ms(100))
+	if got, unheard = v.Confirm([]string{"gw-d"}, stale, leases); len(got) != 0 || len(unheard) != 0 {
+		t.Errorf("confirms %v unheard %v with gw-d's Lease stale, want none", got, unheard)
+	}
+	if m := v.Members(stale, leases); !slices.Contains(m, "gw-d") {
+		t.Errorf("members %v: gw-d left before Handover passed after its Lease turned stale", m)
+	}
+	if m := v.Members(stale.Add(ms(101)), leases); slices.Contains(m, "gw-d") {
+		t.Errorf("members %v: gw-d still a member Handover after its Lease turned stale", m)
 	}
 }
 

@@ -132,10 +132,14 @@ func TestLoadBalancerInCluster(t *testing.T) {
 		t.Errorf("the Service got %s, want the pool's first address %s", ip, lab.SitePool4[0])
 	}
 	addr := ip + ":80"
-	events, err := c.Client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web"})
-	if err != nil || !strings.Contains(fmt.Sprint(events.Items), "IPAllocated") {
-		t.Errorf("no IPAllocated Event on the Service (%v): %v", err, events)
-	}
+	// The allocator writes the Service's status, then records the Event.
+	poll(t, 30*time.Second, "an IPAllocated Event on the Service", func() (bool, string) {
+		events, err := c.Client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(fmt.Sprint(events.Items), "IPAllocated"), fmt.Sprint(events.Items)
+	})
 
 	// The owner answers; killing it moves the address to the other gateway.
 	owner := -1
