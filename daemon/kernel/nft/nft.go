@@ -256,7 +256,7 @@ func (b *batch) full(recreate bool) error {
 		}
 		b.conn.FlushSet(ns)
 		if len(s.Elems) > 0 {
-			if err := b.conn.SetAddElements(ns, elemsOf(s, s.Elems)); err != nil {
+			if err := addElements(b.conn, ns, elemsOf(s, s.Elems)); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
 			}
 			b.st.Elements += len(s.Elems)
@@ -401,7 +401,10 @@ func (b *batch) partial(prev *plan.Table) error {
 		ns := setOf(b.table, s, want.Family)
 		old, ok := prev.Sets[name]
 		if !ok || recreate[name] {
-			if err := b.conn.AddSet(ns, elemsOf(s, s.Elems)); err != nil {
+			if err := b.conn.AddSet(ns, nil); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+			if err := addElements(b.conn, ns, elemsOf(s, s.Elems)); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
 			}
 			b.st.Elements += len(s.Elems)
@@ -412,12 +415,12 @@ func (b *batch) partial(prev *plan.Table) error {
 		}
 		del, add := diffElems(old.Elems, s.Elems)
 		if len(del) > 0 {
-			if err := b.conn.SetDeleteElements(ns, elemsOf(s, del)); err != nil {
+			if err := deleteElements(b.conn, ns, elemsOf(s, del)); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
 			}
 		}
 		if len(add) > 0 {
-			if err := b.conn.SetAddElements(ns, elemsOf(s, add)); err != nil {
+			if err := addElements(b.conn, ns, elemsOf(s, add)); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
 			}
 		}
@@ -486,3 +489,63 @@ func diffElems(old, cur []plan.Elem) (del, add []plan.Elem) {
 }
 
 func sortedNames[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// maxElemBytes bounds the elements of one netlink message. Their list is a single
+// attribute, whose length field has 16 bits: google/nftables v0.3.0 sends a longer list
+// as it is, the length wraps, and the kernel reads only the elements that fit in what is
+// left, without an error (255 of 1000 service-ips elements once). Half the limit leaves
+// room for the per-element attributes elementBytes does not count exactly.
+const maxElemBytes = 32 << 10
+
+// elementBytes over-estimates an element's encoded size.
+func elementBytes(e nftables.SetElement) int {
+	n := 64 + len(e.Key) + len(e.KeyEnd) + len(e.Val)
+	if e.VerdictData != nil {
+		n += 32 + len(e.VerdictData.Chain)
+	}
+	return n
+}
+
+// elementChunks splits elems into runs of at most maxElemBytes each.
+func elementChunks(elems []nftables.SetElement) [][]nftables.SetElement {
+	var out [][]nftables.SetElement
+	start, size := 0, 0
+	for i, e := range elems {
+		n := elementBytes(e)
+		if i > start && size+n > maxElemBytes {
+			out = append(out, elems[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(elems) {
+		out = append(out, elems[start:])
+	}
+	return out
+}
+
+// elementConn is what adding and deleting elements needs of a connection.
+type elementConn interface {
+	SetAddElements(s *nftables.Set, vals []nftables.SetElement) error
+	SetDeleteElements(s *nftables.Set, vals []nftables.SetElement) error
+}
+
+// addElements adds elements to a set in messages the kernel reads whole.
+func addElements(c elementConn, s *nftables.Set, elems []nftables.SetElement) error {
+	for _, chunk := range elementChunks(elems) {
+		if err := c.SetAddElements(s, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteElements deletes elements from a set in messages the kernel reads whole.
+func deleteElements(c elementConn, s *nftables.Set, elems []nftables.SetElement) error {
+	for _, chunk := range elementChunks(elems) {
+		if err := c.SetDeleteElements(s, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
