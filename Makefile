@@ -100,3 +100,6 @@ include firmware/bundle.mk
 
 # Bootable disk images: make image BOARD=...
 include firmware/image.mk
+
+# Benchmarks side by side with upstream kube-proxy: make bench (not part of make test).
+include bench/bench.mk
