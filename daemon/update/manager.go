@@ -21,15 +21,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/edgegate/edgegate/firmware/bundle"
 	"github.com/edgegate/edgegate/firmware/layout"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults of Options.
@@ -282,95 +279,6 @@ func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) 
 	m.opts.Log.Error("firmware update did not stay", "phase", phase, "reason", reason)
 }
 
-// Start runs a trial boot's wait for health: commit when healthy, reboot when the deadline
-// passes first. It returns at once when this is no trial boot.
-func (m *Manager) Start(ctx context.Context) {
-	m.mu.Lock()
-	t := m.trial
-	m.mu.Unlock()
-	if t == nil {
-		return
-	}
-	tick := time.NewTicker(healthPoll)
-	defer tick.Stop()
-	for {
-		err := errors.New("no health check")
-		if m.opts.Health != nil {
-			err = m.opts.Health()
-		}
-		now := m.opts.Now()
-		if err == nil {
-			m.commit(now)
-			return
-		}
-		m.mu.Lock()
-		t.waiting = err.Error()
-		m.mu.Unlock()
-		if !now.Before(t.deadline) {
-			m.giveUp(now, err)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// commit makes the running slot the committed one.
-func (m *Manager) commit(now time.Time) {
-	m.mu.Lock()
-	t := m.trial
-	root := m.opts.ESP.Root()
-	dir := filepath.Join(root, layout.EntriesDir)
-	committed := layout.EntryFileName(m.opts.Slot, nil)
-	err := m.opts.ESP.Writable(func() error { return renameSync(dir, t.entry.file, committed) })
-	if err != nil {
-		m.mu.Unlock()
-		// Nothing else to do: the boot loader falls back once the tries are spent.
-		m.opts.Log.Error("committing the new firmware failed; the old slot comes back after the remaining tries",
-			"entry", t.entry.file, "err", err)
-		m.giveUp(now, fmt.Errorf("committing failed: %w", err))
-		return
-	}
-	if p := m.state.Pending; p != nil {
-		p.event(now, "healthy %s after the trial boot started", now.Sub(t.started).Round(time.Millisecond))
-	}
-	m.state.end(now, PhaseCommitted, "")
-	m.trial = nil
-	m.saveLocked()
-	var took time.Duration
-	if len(m.state.History) > 0 {
-		took = m.state.History[0].Duration(now)
-	}
-	m.mu.Unlock()
-	m.opts.Marker("EDGEGATE-UPDATE committed slot=%s version=%s", m.opts.Slot, m.opts.Version)
-	m.opts.Log.Info("new firmware healthy: committed", "slot", m.opts.Slot, "version", m.opts.Version, "update took", took.Round(time.Millisecond))
-	m.changed()
-}
-
-// giveUp ends a trial boot that did not become healthy: the reason is recorded and the
-// machine reboots, so that the boot loader tries again or falls back.
-func (m *Manager) giveUp(now time.Time, err error) {
-	m.mu.Lock()
-	t := m.trial
-	reason := fmt.Sprintf("not healthy %s after boot %d: %v", m.opts.TrialTimeout, t.entry.entry.Tries.Done, err)
-	if p := m.state.Pending; p != nil {
-		p.Reason = reason
-		p.event(now, "%s; rebooting", reason)
-	}
-	m.saveLocked()
-	m.rebooting = true
-	m.mu.Unlock()
-	m.opts.Marker("EDGEGATE-UPDATE unhealthy slot=%s boot=%d", m.opts.Slot, t.entry.entry.Tries.Done)
-	m.opts.Log.Error("new firmware did not become healthy; rebooting", "slot", m.opts.Slot, "reason", reason)
-	m.changed()
-	if m.opts.Reboot != nil {
-		m.opts.Reboot()
-	}
-}
-
 // attemptID names an attempt by its start.
 func attemptID(t time.Time) string { return t.UTC().Format("20060102T150405.000Z") }
 
@@ -474,7 +382,7 @@ func (m *Manager) Install(ctx context.Context, r io.Reader, req Request) (Attemp
 	if !req.Activate {
 		return staged, nil
 	}
-	return m.activateLocked()
+	return m.activateReserved()
 }
 
 // Activate switches to the staged update and reboots.
@@ -483,11 +391,11 @@ func (m *Manager) Activate() (Attempt, error) {
 		return Attempt{}, err
 	}
 	defer m.done()
-	return m.activateLocked()
+	return m.activateReserved()
 }
 
-// activateLocked runs with the updater reserved (begin).
-func (m *Manager) activateLocked() (Attempt, error) {
+// activateReserved runs with the updater reserved (begin).
+func (m *Manager) activateReserved() (Attempt, error) {
 	m.mu.Lock()
 	p := m.state.Pending
 	if p == nil || p.Phase != PhaseStaged {
@@ -573,180 +481,4 @@ func (m *Manager) Cancel(source string) (Attempt, error) {
 	m.state.end(m.opts.Now(), PhaseCancelled, "cancelled by "+source)
 	m.saveLocked()
 	return m.state.History[0], nil
-}
-
-// writeSlot streams the bundle's parts into temporary files in the slot, reads them back,
-// and only then replaces the slot's firmware.
-func writeSlot(root string, slot layout.Slot, br *bundle.Reader, man bundle.Manifest) error {
-	dir := filepath.Join(root, slot.Dir())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := removeTemps(root, slot); err != nil {
-		return err
-	}
-	parts := []struct {
-		name string
-		want bundle.Part
-		copy func(io.Writer) (int64, error)
-	}{
-		{layout.KernelFile, man.Kernel, br.CopyKernel},
-		{layout.InitramfsFile, man.Initramfs, br.CopyInitramfs},
-	}
-	for _, p := range parts {
-		if err := writeTemp(filepath.Join(dir, p.name+tempSuffix), p.copy); err != nil {
-			return err
-		}
-	}
-	// Read back from the disk, not the page cache: what boots is what is on the disk.
-	for _, p := range parts {
-		if err := checkFile(filepath.Join(dir, p.name+tempSuffix), p.want, true); err != nil {
-			return fmt.Errorf("read back: %w", err)
-		}
-	}
-	// Only now does the slot's old firmware go, its entry first: a half-replaced slot never
-	// boots, and a bundle that failed above left the slot as it was.
-	entries, _, err := readEntries(root)
-	if err != nil {
-		return err
-	}
-	var stale []string
-	for _, e := range entries {
-		if e.entry.Slot == slot {
-			stale = append(stale, e.file)
-		}
-	}
-	if err := removeSync(filepath.Join(root, layout.EntriesDir), stale...); err != nil {
-		return fmt.Errorf("removing slot %s's boot entry: %w", slot, err)
-	}
-	for _, p := range parts {
-		if err := os.Rename(filepath.Join(dir, p.name+tempSuffix), filepath.Join(dir, p.name)); err != nil {
-			return err
-		}
-	}
-	if err := syncDir(dir); err != nil {
-		return err
-	}
-	if err := writeFileSync(filepath.Join(dir, layout.ManifestFile), br.RawManifest(), 0o644); err != nil {
-		return err
-	}
-	return writeFileSync(filepath.Join(dir, layout.SignatureFile), br.Signature(), 0o644)
-}
-
-// tempSuffix marks a part being written.
-const tempSuffix = ".new"
-
-// removeTemps removes what an interrupted write left in the slot.
-func removeTemps(root string, slot layout.Slot) error {
-	dir := filepath.Join(root, slot.Dir())
-	return removeSync(dir, layout.KernelFile+tempSuffix, layout.InitramfsFile+tempSuffix)
-}
-
-// writeTemp creates file, lets copy fill it and syncs it.
-func writeTemp(file string, copy func(io.Writer) (int64, error)) error {
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := copy(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", filepath.Base(file), err)
-	}
-	return f.Close()
-}
-
-// checkFile compares a file's size and sha256 with the manifest's. fromDisk first drops
-// the file's cached pages (after a sync they are clean), so the read comes from the disk.
-func checkFile(file string, want bundle.Part, fromDisk bool) error {
-	f, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if fromDisk {
-		// Advisory: where it is not supported the read comes from the cache, which the
-		// sync already wrote to the disk.
-		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(file), err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); n != want.Size || got != want.SHA256 {
-		return fmt.Errorf("%s: %d bytes sha256 %s on the disk, the manifest says %d bytes sha256 %s: %w",
-			strings.TrimSuffix(filepath.Base(file), tempSuffix), n, got, want.Size, want.SHA256, bundle.ErrBadDigest)
-	}
-	return nil
-}
-
-// verifySlot checks a slot's stored manifest against the keys and its files against the
-// manifest.
-func verifySlot(root string, slot layout.Slot, keys []bundle.PublicKey) (bundle.Manifest, error) {
-	raw, err := os.ReadFile(filepath.Join(root, slot.File(layout.ManifestFile)))
-	if err != nil {
-		return bundle.Manifest{}, err
-	}
-	sig, err := os.ReadFile(filepath.Join(root, slot.File(layout.SignatureFile)))
-	if err != nil {
-		return bundle.Manifest{}, err
-	}
-	man, err := bundle.VerifyManifest(raw, sig, keys)
-	if err != nil {
-		return bundle.Manifest{}, err
-	}
-	if err := checkFile(filepath.Join(root, slot.File(layout.KernelFile)), man.Kernel, false); err != nil {
-		return man, err
-	}
-	return man, checkFile(filepath.Join(root, slot.File(layout.InitramfsFile)), man.Initramfs, false)
-}
-
-// progressReader counts what was read of a bundle for Status, and stops at ctx's end.
-type progressReader struct {
-	ctx context.Context
-	r   io.Reader
-	m   *Manager
-	a   *Attempt
-	n   int64
-	// reported is n at the last change notification.
-	reported int64
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	if err := p.ctx.Err(); err != nil {
-		return 0, err
-	}
-	n, err := p.r.Read(b)
-	p.n += int64(n)
-	p.m.mu.Lock()
-	p.a.Bytes = p.n
-	p.m.mu.Unlock()
-	// The dashboard hears of it every MiB.
-	if p.n-p.reported >= 1<<20 {
-		p.reported = p.n
-		p.m.changed()
-	}
-	return n, err
-}
-
-// LoadKeys reads the trusted public keys from dir (layout.KeysDir): every *.pub file. A
-// missing directory is no keys; a key file that does not parse is an error naming it.
-func LoadKeys(dir string) ([]bundle.PublicKey, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.pub"))
-	if err != nil {
-		return nil, err
-	}
-	var keys []bundle.PublicKey
-	for _, f := range files {
-		k, err := bundle.ReadPublicKeyFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("trusted key %s: %w", f, err)
-		}
-		keys = append(keys, k)
-	}
-	return keys, nil
 }
