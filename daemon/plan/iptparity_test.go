@@ -357,7 +357,7 @@ func TestParityAffinity(t *testing.T) {
 			t.Fatalf("%v before any connection: iptables %v, nftables %v", c.first, got, want)
 		}
 		k := map[string]int{ep2: 1, masq(ep3): 2}[c.pinned]
-		nt.choose = func(uint32) uint32 { return uint32(k) }
+		nt.choose = endpointChoice(k)
 		it.choose = pick(k)
 		if n, i := nt.trace(c.first), it.trace(c.first); n.String() != c.pinned || i.String() != c.pinned {
 			t.Fatalf("%v first connection with choice %d: nftables %v, iptables %v", c.first, k, n, i)

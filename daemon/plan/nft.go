@@ -143,6 +143,10 @@ type (
 		Mod uint32
 		Map string
 	}
+	// Pick matches one packet in Mod at random: numgen random mod Mod == 0. Rules with
+	// Mod counting down to 1 choose among themselves uniformly, as the statistic match
+	// of iptables mode does.
+	Pick struct{ Mod uint32 }
 	// SetMark ORs the masquerade bit into the packet mark; ClearMark XORs it back out.
 	SetMark   struct{ Bit uint32 }
 	ClearMark struct{ Bit uint32 }
@@ -220,6 +224,7 @@ func (v VMap) nft(f model.Family) string {
 func (n Numgen) nft(model.Family) string {
 	return fmt.Sprintf("numgen random mod %d vmap @%s", n.Mod, n.Map)
 }
+func (p Pick) nft(model.Family) string { return fmt.Sprintf("numgen random mod %d 0", p.Mod) }
 func (s SetMark) nft(model.Family) string {
 	return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit)
 }

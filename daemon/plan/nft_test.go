@@ -173,7 +173,7 @@ func TestFlowAffinityPinsClient(t *testing.T) {
 	if got := tr.results(first); !cmp.Equal(got, all(ep1, ep2, ep3)) {
 		t.Fatalf("before any connection: %v", got)
 	}
-	tr.choose = func(uint32) uint32 { return 1 }
+	tr.choose = endpointChoice(1)
 	if got := tr.trace(first); got.Result != ep2 {
 		t.Fatalf("first connection with choice 1: %v", got)
 	}

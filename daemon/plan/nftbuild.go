@@ -317,18 +317,18 @@ func (t *Table) dispatch(name string, p *PortPolicy, eps []model.Endpoint, inter
 			c.Rules = append(c.Rules, Rule{MatchAddrSet{Source: true, Set: AffinitySet(sp.Name, e)}, gotoC(chains[i])})
 		}
 	}
-	if len(chains) == 1 {
-		c.Rules = append(c.Rules, Rule{gotoC(chains[0])})
-		return
-	}
-	// The endpoint choice lives in a map named like the chain: an endpoint replaced by
-	// another changes one element, not the rule.
-	m := &Set{Name: name, Key: KeyIndex, Map: true}
+	// The endpoint choice is one rule per endpoint, each taking 1/n of what the rules
+	// before it left, not a numgen map per service: the kernel (6.1 to 6.18) finds a
+	// named set by walking the table's list of sets, so with a map per service every
+	// map, element batch and rule lookup of a sync costs time in the number of services,
+	// and a full sync of 10,000 services spent most of its 11 s in the kernel there.
 	for i, ch := range chains {
-		m.Elems = append(m.Elems, Elem{Key: Key{Index: uint32(i)}, Verdict: Verdict{Kind: VerdictGoto, Chain: ch}})
+		if left := uint32(len(chains) - i); left > 1 {
+			c.Rules = append(c.Rules, Rule{Pick{Mod: left}, gotoC(ch)})
+		} else {
+			c.Rules = append(c.Rules, Rule{gotoC(ch)})
+		}
 	}
-	t.Sets[name] = m
-	c.Rules = append(c.Rules, Rule{Numgen{Mod: uint32(len(chains)), Map: name}})
 }
 
 // endpoint adds the chain (and affinity set) of one endpoint.

@@ -119,6 +119,18 @@ type run struct {
 	depth   int
 }
 
+// endpointChoice is a chooser for one trace that takes a service's k-th endpoint: the
+// chain's first k Pick rules decline, the next one takes.
+func endpointChoice(k int) func(uint32) uint32 {
+	n := 0
+	return func(uint32) uint32 {
+		if n++; n <= k {
+			return 1
+		}
+		return 0
+	}
+}
+
 // trace runs one packet and keeps the affinity state it creates.
 func (tr *tracer) trace(p packet) outcome {
 	tr.t.Helper()
@@ -378,6 +390,14 @@ func (r *run) rule(c *Chain, rule Rule) (f ending, done bool) {
 			}
 			fired()
 			return r.verdict(v)
+		case Pick:
+			i := r.choose(s.Mod)
+			if i >= s.Mod {
+				r.tr.fail("tracer: chooser returned %d for numgen mod %d", i, s.Mod)
+			}
+			if i != 0 {
+				return endContinue, false
+			}
 		case DNAT:
 			if r.hook.Type != "nat" || (r.hook.Hook != "prerouting" && r.hook.Hook != "output") {
 				r.tr.fail("tracer: %s: dnat in a %s %s chain", c.Name, r.hook.Type, r.hook.Hook)

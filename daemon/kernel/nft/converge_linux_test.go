@@ -193,10 +193,10 @@ func TestPartialSyncTouchesOnlyWhatChanged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// New endpoint chain + the numgen map element that pointed at the old one; the old
-		// endpoint chain and counter go away; the service chain itself is unchanged.
-		if st.Full || st.Chains != 1 || st.Elements != 2 || st.Deleted != 2 {
-			t.Errorf("partial sync of one endpoint change: %+v, want 1 chain written, 2 elements, 2 objects deleted", st)
+		// The new endpoint chain and the service chain whose rule pointed at the old one;
+		// the old endpoint chain and counter go away; nothing else is touched.
+		if st.Full || st.Chains != 2 || st.Elements != 0 || st.Deleted != 2 {
+			t.Errorf("partial sync of one endpoint change: %+v, want 2 chains written, no elements, 2 objects deleted", st)
 		}
 	})
 }

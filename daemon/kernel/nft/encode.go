@@ -183,6 +183,11 @@ func (e *encoder) stmt(s plan.Stmt) ([]expr.Any, error) {
 		return append(e.loadKey(s.Key), &expr.Lookup{SourceRegister: reg1, SetName: s.Map, IsDestRegSet: true, DestRegister: 0}), nil
 	case plan.Numgen:
 		return e.numgen(s), nil
+	case plan.Pick:
+		return []expr.Any{
+			&expr.Numgen{Register: reg1, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: make([]byte, 4)},
+		}, nil
 	case plan.SetMark:
 		return e.mark(^s.Bit, s.Bit), nil
 	case plan.ClearMark:

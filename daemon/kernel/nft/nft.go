@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 
+	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
@@ -51,17 +52,13 @@ var _ Ruleset = (*Kernel)(nil)
 // New returns a Kernel backend for the current network namespace.
 func New() *Kernel { return &Kernel{applied: map[model.Family]*plan.Table{}, dirty: true} }
 
-// dial opens a netlink connection sized for large batches: every message is acknowledged,
-// so a sync of thousands of rules needs a big receive buffer; extended acks name the
-// attribute the kernel refused.
+// dial opens a netlink connection for reading the kernel's tables and for small batches
+// (Cleanup); a sync's batch goes through nlbatch. A dump of a large table arrives while it
+// is read, a few MiB of buffer are plenty (a limit, not an allocation); extended acks name
+// the attribute the kernel refused.
 func dial() (*nftables.Conn, error) {
 	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
-		// Limits, not allocations: a full sync of thousands of services is one batch
-		// of tens of thousands of messages, each acknowledged.
-		if err := nc.SetReadBuffer(256 << 20); err != nil {
-			return err
-		}
-		if err := nc.SetWriteBuffer(256 << 20); err != nil {
+		if err := nc.SetReadBuffer(4 << 20); err != nil {
 			return err
 		}
 		return nc.SetOption(netlink.ExtendedAcknowledge, true)
@@ -104,15 +101,19 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 
 // apply sends one batch; recreate deletes and recreates each existing table in it.
 func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error) {
-	conn, err := dial()
+	read, err := dial()
+	if err != nil {
+		return Stats{}, err
+	}
+	nb, err := nlbatch.New()
 	if err != nil {
 		return Stats{}, err
 	}
 	st := Stats{Full: full}
 	for _, t := range tables {
-		b := &batch{conn: conn, want: t, table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
+		b := &batch{conn: nb.Conn(), read: read, want: t, table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
 		if full {
-			err = b.full(recreate)
+			err = b.full(recreate, k.applied[t.Family])
 		} else {
 			err = b.partial(k.applied[t.Family])
 		}
@@ -120,7 +121,7 @@ func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error)
 			return st, fmt.Errorf("%s table %s: %w", t.Family, t.Name, err)
 		}
 	}
-	if err := conn.Flush(); err != nil {
+	if err := nb.Send(); err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
 	return st, nil
@@ -165,7 +166,8 @@ func (k *Kernel) Cleanup() error {
 
 // batch queues the messages for one table into the connection's pending batch.
 type batch struct {
-	conn  *nftables.Conn
+	conn  *nftables.Conn // queues the batch (nlbatch)
+	read  *nftables.Conn // reads what the kernel holds
 	table *nftables.Table
 	want  *plan.Table
 	st    *Stats
@@ -214,10 +216,19 @@ func (b *batch) addRules(c *plan.Chain, nc *nftables.Chain) error {
 // table deleted and created again in one batch is not, its base chains' hooks come and go
 // separately, and for a moment packets meet a half-made table. recreate (or a set that
 // changed type) does that nevertheless.
-func (b *batch) full(recreate bool) error {
-	have, err := b.kernelObjects()
+//
+// prev is the table the last successful apply left, nil if none did in this process: its
+// counters are the kernel's. Reading them back instead takes the kernel time quadratic in
+// their number (a dump of 110,000 counters took 25 s), and nothing but edgegate adds them.
+func (b *batch) full(recreate bool, prev *plan.Table) error {
+	have, err := b.kernelObjects(prev == nil)
 	if err != nil {
 		return err
+	}
+	if prev != nil && have.exists {
+		for name := range prev.Counters {
+			have.counters[name] = true
+		}
 	}
 	for name, old := range have.sets {
 		if s, ok := b.want.Sets[name]; ok && !sameSetType(old, setOf(b.table, s, b.want.Family)) {
@@ -254,7 +265,9 @@ func (b *batch) full(recreate bool) error {
 		if s.Dynamic {
 			continue
 		}
-		b.conn.FlushSet(ns)
+		if _, ok := have.sets[name]; ok {
+			b.conn.FlushSet(ns)
+		}
 		if len(s.Elems) > 0 {
 			if err := addElements(b.conn, ns, elemsOf(s, s.Elems)); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
@@ -264,7 +277,9 @@ func (b *batch) full(recreate bool) error {
 	}
 	for _, name := range b.want.ChainNames() {
 		nc := chains[name]
-		b.conn.FlushChain(nc)
+		if have.chains[name] {
+			b.conn.FlushChain(nc)
+		}
 		if err := b.addRules(b.want.Chains[name], nc); err != nil {
 			return err
 		}
@@ -297,10 +312,11 @@ type kernelObjects struct {
 	counters map[string]bool
 }
 
-// kernelObjects reads what the kernel holds in the table now (empty if it does not exist).
-func (b *batch) kernelObjects() (kernelObjects, error) {
+// kernelObjects reads what the kernel holds in the table now (empty if it does not exist),
+// its counters only if asked.
+func (b *batch) kernelObjects(counters bool) (kernelObjects, error) {
 	ko := kernelObjects{chains: map[string]bool{}, sets: map[string]*nftables.Set{}, counters: map[string]bool{}}
-	tables, err := b.conn.ListTablesOfFamily(b.table.Family)
+	tables, err := b.read.ListTablesOfFamily(b.table.Family)
 	if err != nil {
 		return ko, fmt.Errorf("list tables: %w", err)
 	}
@@ -312,7 +328,7 @@ func (b *batch) kernelObjects() (kernelObjects, error) {
 		return ko, nil
 	}
 	ko.exists = true
-	chains, err := b.conn.ListChainsOfTableFamily(b.table.Family)
+	chains, err := b.read.ListChainsOfTableFamily(b.table.Family)
 	if err != nil {
 		return ko, fmt.Errorf("list chains: %w", err)
 	}
@@ -321,7 +337,7 @@ func (b *batch) kernelObjects() (kernelObjects, error) {
 			ko.chains[c.Name] = true
 		}
 	}
-	sets, err := b.conn.GetSets(b.table)
+	sets, err := b.read.GetSets(b.table)
 	if err != nil {
 		return ko, fmt.Errorf("list sets: %w", err)
 	}
@@ -330,7 +346,10 @@ func (b *batch) kernelObjects() (kernelObjects, error) {
 			ko.sets[s.Name] = s
 		}
 	}
-	objs, err := b.conn.GetNamedObjects(b.table)
+	if !counters {
+		return ko, nil
+	}
+	objs, err := b.read.GetNamedObjects(b.table)
 	if err != nil {
 		return ko, fmt.Errorf("list objects: %w", err)
 	}
@@ -361,7 +380,7 @@ func sameSetType(a, b *nftables.Set) bool {
 // are diffed, changed chains refilled, and finally removed objects deleted.
 func (b *batch) partial(prev *plan.Table) error {
 	if prev == nil {
-		return b.full(false)
+		return b.full(false, nil)
 	}
 	want := b.want
 	// A set whose definition changed (only affinity timeouts do) is deleted and created

@@ -13,7 +13,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-func inNetns(t *testing.T, fn func(name string)) {
+func inNetns(t testing.TB, fn func(name string)) {
 	t.Helper()
 	kerneltest.InNetns(t, "egnft", fn)
 }

@@ -1,0 +1,65 @@
+package nft
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// benchSnapshot is services ClusterIP Services of endpoints endpoints each, every endpoint
+// on another node: the shape make bench creates in the apiserver.
+func benchSnapshot(services, endpoints int) *model.Snapshot {
+	objs := make([]any, 0, 2*services)
+	for i := range services {
+		name := fmt.Sprintf("svc-%05d", i)
+		ip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
+		eps := make([]discovery.Endpoint, endpoints)
+		for j := range eps {
+			n := i*endpoints + j
+			eps[j] = mt.EP(fmt.Sprintf("10.%d.%d.%d", 64+n>>16, n>>8&255, n&255), mt.OnNode("other"))
+		}
+		objs = append(objs, mt.Service("bench", name, ip, mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
+			mt.Slice("bench", name+"-0", name, "http", v1.ProtocolTCP, 8080, eps...))
+	}
+	return mt.Snapshot(objs...)
+}
+
+// BenchmarkFullSync is one full sync, planning and the transaction, at the sizes of issue
+// 10: "first" into an empty namespace (a daemon's start), "again" over the table it made
+// (the periodic full sync, which reads the kernel's objects first). With -cpuprofile it
+// shows where edgegate's time goes; the kernel's share needs perf.
+func BenchmarkFullSync(b *testing.B) {
+	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
+		snap := benchSnapshot(size.services, size.endpoints)
+		cfg := plan.Config{NodeName: "gw"}
+		for _, again := range []bool{false, true} {
+			name := fmt.Sprintf("%dx%d/first", size.services, size.endpoints)
+			if again {
+				name = fmt.Sprintf("%dx%d/again", size.services, size.endpoints)
+			}
+			b.Run(name, func(b *testing.B) {
+				inNetns(b, func(string) {
+					k := New()
+					for b.Loop() {
+						if !again {
+							b.StopTimer()
+							if err := k.Cleanup(); err != nil {
+								b.Fatal(err)
+							}
+							b.StartTimer()
+						}
+						if _, err := k.Apply([]*plan.Table{plan.NFT(snap, model.IPv4, cfg)}, true); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+		}
+	}
+}

@@ -1,0 +1,290 @@
+// Package nlbatch sends an nftables batch built with google/nftables the way nft(8) does:
+// one sendmsg, an acknowledgement asked for the last message only, errors read back.
+//
+// google/nftables (v0.3.0) asks the kernel to acknowledge every message and reads the
+// acknowledgements one receive call at a time. A full sync of 10,000 Services is about
+// 700,000 messages: the acknowledgements overflowed even a 512 MiB receive buffer (ENOBUFS,
+// the sync failed) and reading them was most of a smaller sync's time. The kernel reports
+// every failed message whether or not an acknowledgement was asked for, and it processes the
+// whole batch inside the sendmsg call, so one acknowledgement, on the last message, says the
+// batch was read to its end; any error before it says the batch was refused as a whole.
+//
+// The library still encodes every message: a Batch hands it a connection that records the
+// batch instead of sending it (its documented test hook, nltest), answering each receive
+// with an acknowledgement, and then sends the recorded batch itself.
+package nlbatch
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Batch records one nftables batch.
+type Batch struct {
+	conn *nftables.Conn
+
+	mu       sync.Mutex
+	recorded []netlink.Message
+	sent     bool
+}
+
+// New returns an empty batch. Queue messages on Conn, then Send.
+func New() (*Batch, error) {
+	b := &Batch{}
+	c, err := nftables.New(nftables.WithTestDial(b.record))
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	b.conn = c
+	return b, nil
+}
+
+// Conn is the connection to queue the batch's messages on (AddTable, AddRule, ...). Its
+// Flush records; it never reaches the kernel. Reads (List*, Get*) need a real connection.
+func (b *Batch) Conn() *nftables.Conn { return b.conn }
+
+// record is the recording connection's other end: the first call gets the whole batch (with
+// its begin and end messages), later calls (nil) are google/nftables reading the
+// acknowledgement of each message in turn. Each gets one.
+func (b *Batch) record(req []netlink.Message) ([]netlink.Message, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if req != nil {
+		if b.recorded != nil {
+			return nil, errors.New("nlbatch: a batch records only one flush")
+		}
+		b.recorded = req
+	}
+	return []netlink.Message{{
+		Header: netlink.Header{Type: netlink.Error},
+		Data:   make([]byte, 4+16), // error 0 and the request's header: an acknowledgement
+	}}, nil
+}
+
+// Empty reports whether nothing was queued.
+func (b *Batch) Empty() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.recorded == nil
+}
+
+// Send has the library encode the batch and sends it to the kernel of the current network
+// namespace in one transaction. It reports every message the kernel refused, by kind and
+// object name; the kernel then applied none of the batch.
+func (b *Batch) Send() error {
+	if err := b.conn.Flush(); err != nil {
+		return fmt.Errorf("encode the batch: %w", err)
+	}
+	b.mu.Lock()
+	msgs := b.recorded
+	if b.sent {
+		b.mu.Unlock()
+		return errors.New("nlbatch: batch already sent")
+	}
+	b.sent, b.recorded = true, nil
+	b.mu.Unlock()
+	if len(msgs) <= 2 {
+		return nil // begin and end only: nothing to do
+	}
+	return send(msgs)
+}
+
+// Receive buffer: errors carry only the refused message's header (NETLINK_CAP_ACK) and the
+// kernel's explanation; when more are refused than fit, the batch failed anyway.
+const receiveBuffer = 8 << 20
+
+// maxErrors bounds the refused messages an error lists: one mistake can refuse thousands.
+const maxErrors = 5
+
+// send writes msgs (begin, the messages, end) in one sendmsg and reads the replies the
+// kernel queued while processing it.
+func send(msgs []netlink.Message) error {
+	buf, last := encode(msgs)
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("netlink bind: %w", err)
+	}
+	// The batch must fit the send buffer whole; FORCE (root) passes net.core.wmem_max.
+	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, len(buf)+4096); err != nil {
+		return fmt.Errorf("netlink send buffer of %d bytes: %w", len(buf), err)
+	}
+	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, receiveBuffer); err != nil {
+		return fmt.Errorf("netlink receive buffer: %w", err)
+	}
+	for _, opt := range []int{unix.NETLINK_CAP_ACK, unix.NETLINK_EXT_ACK} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, opt, 1); err != nil {
+			return fmt.Errorf("netlink socket option %d: %w", opt, err)
+		}
+	}
+	if err := unix.Sendto(fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("send the batch (%d messages, %d bytes): %w", len(msgs), len(buf), err)
+	}
+	// The kernel processed the batch inside sendmsg: every reply is queued by now.
+	return readReplies(fd, msgs, last)
+}
+
+func setBuffer(fd, force, plain, size int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size); err == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size)
+}
+
+// encode lays the messages out as the kernel reads them, numbered 1..n, with only the last
+// message before the batch end asking for an acknowledgement and none for an echo. It returns that message's
+// sequence number.
+func encode(msgs []netlink.Message) ([]byte, uint32) {
+	size := 0
+	for _, m := range msgs {
+		size += align(16 + len(m.Data))
+	}
+	buf := make([]byte, size)
+	last := uint32(len(msgs) - 1)
+	off := 0
+	for i, m := range msgs {
+		n := 16 + len(m.Data)
+		// google/nftables also asks for an echo of every rule (to learn its handle),
+		// which would queue a copy of each rule for edgegate to read; it uses none.
+		flags := m.Header.Flags &^ (netlink.Acknowledge | netlink.Echo)
+		seq := uint32(i + 1)
+		if seq == last {
+			flags |= netlink.Acknowledge
+		}
+		binary.NativeEndian.PutUint32(buf[off:], uint32(n))
+		binary.NativeEndian.PutUint16(buf[off+4:], uint16(m.Header.Type))
+		binary.NativeEndian.PutUint16(buf[off+6:], uint16(flags))
+		binary.NativeEndian.PutUint32(buf[off+8:], seq)
+		binary.NativeEndian.PutUint32(buf[off+12:], 0)
+		copy(buf[off+16:], m.Data)
+		off += align(n)
+	}
+	return buf, last
+}
+
+func align(n int) int { return (n + 3) &^ 3 }
+
+// readReplies drains the socket without waiting: the acknowledgement of message last, and
+// an error for each refused message (or for the batch as a whole, numbered 1: the kernel
+// ran out of memory or could not commit).
+func readReplies(fd int, msgs []netlink.Message, last uint32) error {
+	var errs []string
+	acked, overflow, refused := false, false, 0
+	rbuf := make([]byte, 64<<10)
+	for {
+		n, _, err := unix.Recvfrom(fd, rbuf, unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK) {
+			break
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.ENOBUFS) {
+			// Some replies were dropped; those still queued follow.
+			overflow = true
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read the kernel's replies: %w", err)
+		}
+		replies, err := parse(rbuf[:n])
+		if err != nil {
+			return err
+		}
+		for _, r := range replies {
+			if r.code == 0 {
+				acked = acked || r.seq == last
+				continue
+			}
+			if refused++; len(errs) < maxErrors {
+				errs = append(errs, describe(msgs, r))
+			}
+		}
+	}
+	if refused > len(errs) {
+		errs = append(errs, fmt.Sprintf("and %d more", refused-len(errs)))
+	}
+	if overflow {
+		errs = append(errs, "and more than the receive buffer held")
+	}
+	switch {
+	case len(errs) > 0:
+		return fmt.Errorf("the kernel refused the batch: %s", strings.Join(errs, "; "))
+	case !acked:
+		return fmt.Errorf("the kernel did not acknowledge the batch's last message (%d messages)", len(msgs))
+	}
+	return nil
+}
+
+// reply is one NLMSG_ERROR message: code 0 acknowledges.
+type reply struct {
+	seq    uint32
+	code   int32
+	reason string // NLMSGERR_ATTR_MSG
+}
+
+func parse(b []byte) ([]reply, error) {
+	var out []reply
+	for len(b) >= 16 {
+		n := int(binary.NativeEndian.Uint32(b))
+		if n < 16 || n > len(b) {
+			return nil, fmt.Errorf("netlink reply: bad length %d", n)
+		}
+		typ := binary.NativeEndian.Uint16(b[4:])
+		flags := binary.NativeEndian.Uint16(b[6:])
+		seq := binary.NativeEndian.Uint32(b[8:])
+		body := b[16:n]
+		b = b[min(align(n), len(b)):]
+		if typ != unix.NLMSG_ERROR || len(body) < 4+16 {
+			continue
+		}
+		r := reply{seq: seq, code: int32(binary.NativeEndian.Uint32(body))}
+		// With NETLINK_CAP_ACK the request's header follows the code, then the
+		// extended-ack attributes (NLM_F_ACK_TLVS).
+		if flags&unix.NLM_F_ACK_TLVS != 0 {
+			r.reason = extackMessage(body[4+16:])
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// extackMessage finds NLMSGERR_ATTR_MSG among netlink attributes.
+func extackMessage(b []byte) string {
+	for len(b) >= 4 {
+		n := int(binary.NativeEndian.Uint16(b))
+		typ := binary.NativeEndian.Uint16(b[2:])
+		if n < 4 || n > len(b) {
+			return ""
+		}
+		if typ&0x3fff == unix.NLMSGERR_ATTR_MSG {
+			return strings.TrimRight(string(b[4:n]), "\x00")
+		}
+		b = b[min(align(n), len(b)):]
+	}
+	return ""
+}
+
+// describe names the message an error refers to: its kind and the object it names.
+func describe(msgs []netlink.Message, r reply) string {
+	errno := unix.Errno(-r.code)
+	what := "the batch"
+	if i := int(r.seq) - 1; i > 0 && i < len(msgs)-1 {
+		what = Describe(msgs[i])
+	}
+	s := fmt.Sprintf("%s: %v", what, errno)
+	if r.reason != "" {
+		s += " (" + r.reason + ")"
+	}
+	return s
+}

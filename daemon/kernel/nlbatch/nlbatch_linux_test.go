@@ -1,0 +1,59 @@
+package nlbatch
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
+)
+
+// TestSendToKernel: a good batch lands whole; a batch with a bad message is refused whole,
+// with an error that names the message, and the good part of it is not applied either.
+func TestSendToKernel(t *testing.T) {
+	kerneltest.InNetns(t, "egnlb", func(ns string) {
+		send := func(chains ...string) error {
+			b, err := New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := b.Conn()
+			tab := c.AddTable(&nftables.Table{Name: "t", Family: nftables.TableFamilyIPv4})
+			for _, name := range chains {
+				ch := c.AddChain(&nftables.Chain{Name: name, Table: tab})
+				for range 3 {
+					c.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{&expr.Counter{}}})
+				}
+			}
+			// A jump to a chain that does not exist: the kernel refuses this rule.
+			if len(chains) == 1 {
+				c.AddRule(&nftables.Rule{Table: tab, Chain: &nftables.Chain{Name: chains[0], Table: tab},
+					Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "missing"}}})
+			}
+			return b.Send()
+		}
+		list := func() string {
+			out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "ruleset").CombinedOutput()
+			if err != nil {
+				t.Fatalf("nft list ruleset: %v\n%s", err, out)
+			}
+			return string(out)
+		}
+		if err := send("a", "b"); err != nil {
+			t.Fatalf("good batch: %v", err)
+		}
+		if got := strings.Count(list(), "counter packets"); got != 6 {
+			t.Errorf("after the good batch: %d counters, want 6\n%s", got, list())
+		}
+		err := send("c")
+		if err == nil || !strings.Contains(err.Error(), "add a rule to chain ip t c") {
+			t.Fatalf("bad batch: error %v, want one naming the rule's chain", err)
+		}
+		if out := list(); strings.Contains(out, "chain c") {
+			t.Errorf("the refused batch left chain c behind:\n%s", out)
+		}
+	})
+}

@@ -1,0 +1,78 @@
+package nlbatch
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
+)
+
+// TestEncodeAsksOneAck: only the last message before the batch end asks for an
+// acknowledgement, none for an echo, and the messages are numbered in order.
+func TestEncodeAsksOneAck(t *testing.T) {
+	b, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.Conn()
+	tab := c.AddTable(&nftables.Table{Name: "t", Family: nftables.TableFamilyIPv4})
+	ch := c.AddChain(&nftables.Chain{Name: "c", Table: tab})
+	c.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{&expr.Counter{}}})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.recorded
+	if len(msgs) != 5 {
+		t.Fatalf("recorded %d messages, want begin, table, chain, rule, end", len(msgs))
+	}
+	if got := Describe(msgs[2]); got != "add chain ip t c" {
+		t.Errorf("Describe(chain) = %q", got)
+	}
+	if got := Describe(msgs[3]); got != "add a rule to chain ip t c" {
+		t.Errorf("Describe(rule) = %q", got)
+	}
+	buf, last := encode(msgs)
+	if last != 4 {
+		t.Errorf("last = %d, want 4 (the rule)", last)
+	}
+	replies, err := parseHeaders(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range replies {
+		if h.Sequence != uint32(i+1) {
+			t.Errorf("message %d: sequence %d", i, h.Sequence)
+		}
+		ack := h.Flags&netlink.Acknowledge != 0
+		if ack != (h.Sequence == last) {
+			t.Errorf("message %d (%s): ack %v", i, Describe(msgs[i]), ack)
+		}
+		if h.Flags&netlink.Echo != 0 {
+			t.Errorf("message %d (%s) asks for an echo", i, Describe(msgs[i]))
+		}
+	}
+}
+
+// parseHeaders reads back the headers encode wrote.
+func parseHeaders(b []byte) ([]netlink.Header, error) {
+	var out []netlink.Header
+	for len(b) > 0 {
+		var m netlink.Message
+		n := int(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+		if err := m.UnmarshalBinary(b[:n]); err != nil {
+			return nil, err
+		}
+		out = append(out, m.Header)
+		b = b[align(n):]
+	}
+	return out, nil
+}
+
+// TestDescribeUnknown: messages of other subsystems are named by type.
+func TestDescribeUnknown(t *testing.T) {
+	if got := Describe(netlink.Message{Header: netlink.Header{Type: 0x10}}); !strings.HasPrefix(got, "message type") {
+		t.Errorf("Describe = %q", got)
+	}
+}
