@@ -16,6 +16,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 
+	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
@@ -68,23 +69,15 @@ func tableFamily(f model.Family) nftables.TableFamily {
 	return nftables.TableFamilyIPv4
 }
 
-// Socket buffer limits for one Apply's batch.
-const (
-	sendBuffer    = 256 << 20
-	receiveBuffer = 256 << 20
-)
+// receiveBuffer limits the reading connection's buffer.
+const receiveBuffer = 4 << 20
 
-// dial opens a netlink connection sized for large batches: the whole batch goes out in one
-// sendmsg, which must fit the send buffer, and the kernel queues an ack and an echo for
-// every message before edgegate reads any. Both sizes are limits, not allocations. Measured
-// here: with the default send buffer 11,000 rules (1,000 services) failed with "message too
-// long"; 70,000 rules (5,000 services) overflowed a 64 MiB receive buffer and fit in this
-// one. Extended acks name the attribute the kernel refused.
+// dial opens the netlink connection that reads the kernel's tables; batches go through
+// nlbatch, which sizes its socket for them (an ack and an echo for every message, as
+// google/nftables asks, overflowed a 64 MiB receive buffer at 5,000 services). A dump
+// arrives while it is read: a few MiB of buffer (a limit, not an allocation) are plenty.
 func dial() (*nftables.Conn, error) {
 	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
-		if err := nc.SetWriteBuffer(sendBuffer); err != nil {
-			return err
-		}
 		if err := nc.SetReadBuffer(receiveBuffer); err != nil {
 			return err
 		}
@@ -102,10 +95,15 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 	defer k.mu.Unlock()
 	full = full || k.dirty
 	st := Stats{Full: full}
-	conn, err := dial()
+	read, err := dial()
 	if err != nil {
 		return st, err
 	}
+	nb, err := nlbatch.New()
+	if err != nil {
+		return st, err
+	}
+	conn := nb.Conn()
 	byFamily := map[model.Family]*plan.IPTables{}
 	for _, p := range plans {
 		if byFamily[p.Family] != nil {
@@ -118,7 +116,7 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 		p := byFamily[f]
 		if p == nil {
 			if full || k.applied[f] != nil {
-				if err := queueRemoval(conn, f, &st); err != nil {
+				if err := queueRemoval(read, conn, f, &st); err != nil {
 					return st, err
 				}
 			}
@@ -129,7 +127,7 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 			if want == nil {
 				want = &plan.IptTable{Name: name}
 			}
-			ts := &tableSync{conn: conn, table: &nftables.Table{Name: name, Family: tableFamily(f)},
+			ts := &tableSync{conn: conn, read: read, table: &nftables.Table{Name: name, Family: tableFamily(f)},
 				enc: encoder{family: f}, want: want, st: &st}
 			var prev *plan.IptTable
 			if old := k.applied[f]; !full && old != nil {
@@ -147,7 +145,7 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 			}
 		}
 	}
-	if err := conn.Flush(); err != nil {
+	if err := nb.Send(); err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
 	k.applied = byFamily
@@ -168,17 +166,21 @@ func (k *Kernel) Cleanup() error {
 	defer k.mu.Unlock()
 	k.dirty = true
 	k.applied = map[model.Family]*plan.IPTables{}
-	conn, err := dial()
+	read, err := dial()
+	if err != nil {
+		return err
+	}
+	nb, err := nlbatch.New()
 	if err != nil {
 		return err
 	}
 	var st Stats
 	for _, f := range families {
-		if err := queueRemoval(conn, f, &st); err != nil {
+		if err := queueRemoval(read, nb.Conn(), f, &st); err != nil {
 			return err
 		}
 	}
-	if err := conn.Flush(); err != nil {
+	if err := nb.Send(); err != nil {
 		return fmt.Errorf("remove edgegate rules: %w", err)
 	}
 	return nil

@@ -98,7 +98,8 @@ func readTable(conn *nftables.Conn, t *nftables.Table) (tableState, error) {
 
 // tableSync queues the messages for one table into the connection's pending batch.
 type tableSync struct {
-	conn  *nftables.Conn
+	conn  *nftables.Conn // queues the batch (nlbatch)
+	read  *nftables.Conn // reads what the kernel holds
 	table *nftables.Table
 	enc   encoder
 	want  *plan.IptTable
@@ -126,7 +127,7 @@ func (s *tableSync) addRules(c *plan.IptChain) error {
 // full rewrites every edgegate chain of the table and replaces edgegate's rules in the
 // built-in chains, reading first what the kernel holds.
 func (s *tableSync) full() error {
-	have, err := readTable(s.conn, s.table)
+	have, err := readTable(s.read, s.table)
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,7 @@ func (s *tableSync) partial(prev *plan.IptTable) error {
 		}
 	}
 	if len(hooks) > 0 {
-		have, err := readTable(s.conn, s.table)
+		have, err := readTable(s.read, s.table)
 		if err != nil {
 			return err
 		}
@@ -275,10 +276,11 @@ func (s *tableSync) partial(prev *plan.IptTable) error {
 }
 
 // queueRemoval queues the removal of everything edgegate owns in one family's tables.
-func queueRemoval(conn *nftables.Conn, f model.Family, st *Stats) error {
+// read reads the kernel's tables, conn queues the batch.
+func queueRemoval(read, conn *nftables.Conn, f model.Family, st *Stats) error {
 	for _, name := range tableNames {
 		t := &nftables.Table{Name: name, Family: tableFamily(f)}
-		have, err := readTable(conn, t)
+		have, err := readTable(read, t)
 		if err != nil {
 			return fmt.Errorf("%s %s table: %w", f, name, err)
 		}
