@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,5 +62,36 @@ func BenchmarkFullSync(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkOneEndpointChange is the sync after one endpoint of one Service changed, over a
+// table holding the rest: planning the whole snapshot, the diff against the last apply and
+// the few messages that differ.
+func BenchmarkOneEndpointChange(b *testing.B) {
+	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
+		b.Run(fmt.Sprintf("%dx%d", size.services, size.endpoints), func(b *testing.B) {
+			snaps := []*model.Snapshot{benchSnapshot(size.services, size.endpoints), benchSnapshot(size.services, size.endpoints)}
+			// The second snapshot has one endpoint of the last Service moved.
+			for name, sp := range snaps[1].Ports {
+				if name.Name == fmt.Sprintf("svc-%05d", size.services-1) {
+					sp.Endpoints[0].Addr = netip.MustParseAddr("10.255.255.254")
+				}
+			}
+			cfg := plan.Config{NodeName: "gw"}
+			inNetns(b, func(string) {
+				k := New()
+				if _, err := k.Apply([]*plan.Table{plan.NFT(snaps[0], model.IPv4, cfg)}, true); err != nil {
+					b.Fatal(err)
+				}
+				i := 0
+				for b.Loop() {
+					i++
+					if _, err := k.Apply([]*plan.Table{plan.NFT(snaps[i%2], model.IPv4, cfg)}, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
 	}
 }
