@@ -23,6 +23,19 @@ type Table struct {
 	Conflicts []string
 
 	owners map[string]map[Key]ownedElem
+	// Delta, when set, says which objects may differ from Delta.From, the table the same
+	// NFTPlanner planned before this one; everything else is the same value in both.
+	Delta *Delta
+
+	// record, when set, takes elem's calls instead (NFTPlanner's fragments).
+	record *[]elemCall
+}
+
+// Delta names the chains, sets and counters a table may hold differently from From: added,
+// removed or changed.
+type Delta struct {
+	From                   *Table
+	Chains, Sets, Counters map[string]bool
 }
 
 // Chain is a base chain (Hook set) or a regular chain.

@@ -44,7 +44,7 @@ const (
 
 // NFT builds the nftables plan of one family from a Snapshot.
 func NFT(snap *model.Snapshot, f model.Family, cfg Config) *Table {
-	t := &Table{Family: f, Name: TableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}, Counters: map[string]struct{}{}}
+	t := newTable(f)
 	t.base(cfg)
 	for _, sp := range snap.Sorted() {
 		if p, ok := Policy(sp, f, cfg); ok {
@@ -68,6 +68,10 @@ func (t *Table) set(name string, key KeyKind, isMap bool) {
 // or the same node port) would make the kernel refuse the whole batch; the first service in
 // sorted order keeps the key and the clash is reported in Conflicts.
 func (t *Table) elem(set string, k Key, v Verdict, owner model.ServicePortName) {
+	if t.record != nil {
+		*t.record = append(*t.record, elemCall{set: set, key: k, v: v, owner: owner})
+		return
+	}
 	s := t.Sets[set]
 	if t.owners == nil {
 		t.owners = map[string]map[Key]ownedElem{}

@@ -79,6 +79,9 @@ type NFTables struct {
 	Rules    nft.Ruleset
 	Families []model.Family
 	Config   plan.Config
+
+	// planners re-plan only the service ports that changed, by family.
+	planners map[model.Family]*plan.NFTPlanner
 }
 
 var _ Dataplane = (*NFTables)(nil)
@@ -90,8 +93,16 @@ func (*NFTables) Mode() string { return ModeNFTables }
 func (d *NFTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 	tables := make([]*plan.Table, 0, len(d.Families))
 	var conflicts []string
+	if d.planners == nil {
+		d.planners = map[model.Family]*plan.NFTPlanner{}
+	}
 	for _, f := range d.Families {
-		t := plan.NFT(snap, f, d.Config)
+		p := d.planners[f]
+		if p == nil {
+			p = &plan.NFTPlanner{Family: f}
+			d.planners[f] = p
+		}
+		t := p.Plan(snap, d.Config)
 		conflicts = append(conflicts, t.Conflicts...)
 		tables = append(tables, t)
 	}

@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,22 +12,35 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-// benchSnapshot is services ClusterIP Services of endpoints endpoints each, every endpoint
+// benchObjects are services ClusterIP Services of endpoints endpoints each, every endpoint
 // on another node: the shape make bench creates in the apiserver.
-func benchSnapshot(services, endpoints int) *model.Snapshot {
+func benchObjects(services, endpoints int) []any {
 	objs := make([]any, 0, 2*services)
 	for i := range services {
 		name := fmt.Sprintf("svc-%05d", i)
 		ip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
-		eps := make([]discovery.Endpoint, endpoints)
-		for j := range eps {
-			n := i*endpoints + j
-			eps[j] = mt.EP(fmt.Sprintf("10.%d.%d.%d", 64+n>>16, n>>8&255, n&255), mt.OnNode("other"))
-		}
 		objs = append(objs, mt.Service("bench", name, ip, mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
-			mt.Slice("bench", name+"-0", name, "http", v1.ProtocolTCP, 8080, eps...))
+			benchSlice(i, endpoints, 0))
 	}
-	return mt.Snapshot(objs...)
+	return objs
+}
+
+// benchSlice is Service i's EndpointSlice, its first endpoint moved by shift.
+func benchSlice(i, endpoints, shift int) *discovery.EndpointSlice {
+	name := fmt.Sprintf("svc-%05d", i)
+	eps := make([]discovery.Endpoint, endpoints)
+	for j := range eps {
+		n := i*endpoints + j
+		if j == 0 {
+			n += shift << 21
+		}
+		eps[j] = mt.EP(fmt.Sprintf("10.%d.%d.%d", 64+n>>16, n>>8&255, n&255), mt.OnNode("other"))
+	}
+	return mt.Slice("bench", name+"-0", name, "http", v1.ProtocolTCP, 8080, eps...)
+}
+
+func benchSnapshot(services, endpoints int) *model.Snapshot {
+	return mt.Snapshot(benchObjects(services, endpoints)...)
 }
 
 // BenchmarkFullSync is one full sync, planning and the transaction, at the sizes of issue
@@ -66,28 +78,35 @@ func BenchmarkFullSync(b *testing.B) {
 }
 
 // BenchmarkOneEndpointChange is the sync after one endpoint of one Service changed, over a
-// table holding the rest: planning the whole snapshot, the diff against the last apply and
-// the few messages that differ.
+// table holding the rest, as the daemon runs it: the tracker's snapshot, NFTPlanner (which
+// re-plans the changed service port only), the diff against the last apply and the few
+// messages that differ.
 func BenchmarkOneEndpointChange(b *testing.B) {
 	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
 		b.Run(fmt.Sprintf("%dx%d", size.services, size.endpoints), func(b *testing.B) {
-			snaps := []*model.Snapshot{benchSnapshot(size.services, size.endpoints), benchSnapshot(size.services, size.endpoints)}
-			// The second snapshot has one endpoint of the last Service moved.
-			for name, sp := range snaps[1].Ports {
-				if name.Name == fmt.Sprintf("svc-%05d", size.services-1) {
-					sp.Endpoints[0].Addr = netip.MustParseAddr("10.255.255.254")
+			tr := model.NewTracker()
+			for _, o := range benchObjects(size.services, size.endpoints) {
+				switch o := o.(type) {
+				case *v1.Service:
+					tr.UpsertService(o)
+				case *discovery.EndpointSlice:
+					tr.UpsertSlice(o)
 				}
 			}
 			cfg := plan.Config{NodeName: "gw"}
+			p := &plan.NFTPlanner{Family: model.IPv4}
 			inNetns(b, func(string) {
 				k := New()
-				if _, err := k.Apply([]*plan.Table{plan.NFT(snaps[0], model.IPv4, cfg)}, true); err != nil {
+				snap, _ := tr.Snapshot()
+				if _, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, true); err != nil {
 					b.Fatal(err)
 				}
 				i := 0
 				for b.Loop() {
 					i++
-					if _, err := k.Apply([]*plan.Table{plan.NFT(snaps[i%2], model.IPv4, cfg)}, false); err != nil {
+					tr.UpsertSlice(benchSlice(size.services-1, size.endpoints, i%2))
+					snap, _ := tr.Snapshot()
+					if _, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, false); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -383,43 +384,60 @@ func (b *batch) partial(prev *plan.Table) error {
 		return b.full(false, nil)
 	}
 	want := b.want
+	names := candidates(prev, want)
 	// A set whose definition changed (only affinity timeouts do) is deleted and created
 	// again, which the kernel allows only once no rule uses it: its users are rewritten.
 	recreate := map[string]bool{}
-	for name, s := range want.Sets {
-		if old, ok := prev.Sets[name]; ok && (old.Key != s.Key || old.Map != s.Map || old.Dynamic != s.Dynamic || old.Timeout != s.Timeout) {
+	for _, name := range names.sets {
+		s, ok := want.Sets[name]
+		if old, had := prev.Sets[name]; ok && had && (old.Key != s.Key || old.Map != s.Map || old.Dynamic != s.Dynamic || old.Timeout != s.Timeout) {
 			recreate[name] = true
 		}
 	}
-	changed := map[string]bool{}
-	for name, c := range want.Chains {
-		if old, ok := prev.Chains[name]; !ok || !reflect.DeepEqual(old, c) || usesAny(c, recreate) {
+	if len(recreate) > 0 {
+		names = allNames(prev, want)
+	}
+	// A chain NFTPlanner reused is the very same value: no need to compare its rules.
+	changed, gone := map[string]bool{}, map[string]bool{}
+	var added []string
+	for _, name := range names.chains {
+		c, ok := want.Chains[name]
+		old, had := prev.Chains[name]
+		switch {
+		case !ok:
+			gone[name] = had
+		case !had:
+			added = append(added, name)
+			changed[name] = true
+		case (old != c && !reflect.DeepEqual(old, c)) || (len(recreate) > 0 && usesAny(c, recreate)):
 			changed[name] = true
 		}
 	}
-	for name := range prev.Chains {
-		if _, ok := want.Chains[name]; !ok || changed[name] {
+	for _, name := range names.chains {
+		if _, had := prev.Chains[name]; had && (changed[name] || gone[name]) {
 			b.conn.FlushChain(&nftables.Chain{Name: name, Table: b.table})
 		}
 	}
-	for _, name := range sortedNames(want.Counters) {
-		if _, ok := prev.Counters[name]; !ok {
+	for _, name := range names.counters {
+		_, ok := want.Counters[name]
+		if _, had := prev.Counters[name]; ok && !had {
 			b.conn.AddObj(&nftables.CounterObj{Table: b.table, Name: name})
 		}
 	}
 	for _, name := range sortedNames(recreate) {
 		b.conn.DelSet(&nftables.Set{Table: b.table, Name: name})
 	}
-	for _, name := range sortedNames(want.Chains) {
-		if _, ok := prev.Chains[name]; !ok {
-			b.conn.AddChain(b.chainOf(want.Chains[name]))
-		}
+	for _, name := range added {
+		b.conn.AddChain(b.chainOf(want.Chains[name]))
 	}
-	for _, name := range sortedNames(want.Sets) {
-		s := want.Sets[name]
+	for _, name := range names.sets {
+		s, ok := want.Sets[name]
+		if !ok {
+			continue
+		}
 		ns := setOf(b.table, s, want.Family)
-		old, ok := prev.Sets[name]
-		if !ok || recreate[name] {
+		old, had := prev.Sets[name]
+		if !had || recreate[name] {
 			if err := b.conn.AddSet(ns, nil); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
 			}
@@ -429,7 +447,7 @@ func (b *batch) partial(prev *plan.Table) error {
 			b.st.Elements += len(s.Elems)
 			continue
 		}
-		if s.Dynamic {
+		if s.Dynamic || old == s {
 			continue
 		}
 		del, add := diffElems(old.Elems, s.Elems)
@@ -445,33 +463,72 @@ func (b *batch) partial(prev *plan.Table) error {
 		}
 		b.st.Elements += len(del) + len(add)
 	}
-	for _, name := range want.ChainNames() {
-		if changed[name] {
-			c := want.Chains[name]
-			if err := b.addRules(c, b.chainOf(c)); err != nil {
-				return err
+	// Base chains first, then the others, each by name (ChainNames' order).
+	rewrite := slices.Collect(maps.Keys(changed))
+	slices.SortFunc(rewrite, func(x, y string) int {
+		if bx, by := want.Chains[x].Hook != nil, want.Chains[y].Hook != nil; bx != by {
+			if bx {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x, y)
+	})
+	for _, name := range rewrite {
+		c := want.Chains[name]
+		if err := b.addRules(c, b.chainOf(c)); err != nil {
+			return err
+		}
+	}
+	for _, name := range names.sets {
+		if _, ok := want.Sets[name]; !ok {
+			if _, had := prev.Sets[name]; had {
+				b.conn.DelSet(&nftables.Set{Table: b.table, Name: name})
+				b.st.Deleted++
 			}
 		}
 	}
-	for name := range prev.Sets {
-		if _, ok := want.Sets[name]; !ok {
-			b.conn.DelSet(&nftables.Set{Table: b.table, Name: name})
-			b.st.Deleted++
-		}
-	}
-	for name := range prev.Counters {
+	for _, name := range names.counters {
 		if _, ok := want.Counters[name]; !ok {
-			b.conn.DeleteObject(&nftables.CounterObj{Table: b.table, Name: name})
-			b.st.Deleted++
+			if _, had := prev.Counters[name]; had {
+				b.conn.DeleteObject(&nftables.CounterObj{Table: b.table, Name: name})
+				b.st.Deleted++
+			}
 		}
 	}
-	for name := range prev.Chains {
-		if _, ok := want.Chains[name]; !ok {
+	for _, name := range names.chains {
+		if gone[name] {
 			b.conn.DelChain(&nftables.Chain{Name: name, Table: b.table})
 			b.st.Deleted++
 		}
 	}
 	return nil
+}
+
+// objectNames are the names a partial apply looks at, each list sorted.
+type objectNames struct {
+	chains, sets, counters []string
+}
+
+// candidates are the objects that may differ between prev and want: what want's Delta
+// lists when want was planned from prev (NFTPlanner), else everything either holds.
+func candidates(prev, want *plan.Table) objectNames {
+	d := want.Delta
+	if d == nil || d.From != prev {
+		return allNames(prev, want)
+	}
+	return objectNames{chains: sortedNames(d.Chains), sets: sortedNames(d.Sets), counters: sortedNames(d.Counters)}
+}
+
+func allNames(prev, want *plan.Table) objectNames {
+	union := func(a, b []string) []string {
+		return slices.Compact(slices.Sorted(slices.Values(append(a, b...))))
+	}
+	return objectNames{
+		chains:   union(slices.Collect(maps.Keys(prev.Chains)), slices.Collect(maps.Keys(want.Chains))),
+		sets:     union(slices.Collect(maps.Keys(prev.Sets)), slices.Collect(maps.Keys(want.Sets))),
+		counters: union(slices.Collect(maps.Keys(prev.Counters)), slices.Collect(maps.Keys(want.Counters))),
+	}
 }
 
 func usesAny(c *plan.Chain, sets map[string]bool) bool {

@@ -1,0 +1,150 @@
+package plan
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+)
+
+// TestPlannerMatchesNFT: through a run of changes (endpoints moved, services added and
+// removed, two services claiming one IP and then not, the node's config changed) the
+// planner's table is the one NFT plans from scratch, and an unchanged service port keeps
+// its chains (the same pointers) from one plan to the next.
+func TestPlannerMatchesNFT(t *testing.T) {
+	tr := model.NewTracker()
+	for _, objs := range goldenFixtures() {
+		for _, o := range objs {
+			upsert(tr, o)
+		}
+	}
+	steps := []struct {
+		name   string
+		change func()
+		cfg    Config
+	}{
+		{"the fixtures", func() {}, Config{NodeName: "gw"}},
+		{"nothing changed", func() {}, Config{NodeName: "gw"}},
+		{"an endpoint moved", func() {
+			upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353,
+				mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.99")))
+		}, Config{NodeName: "gw"}},
+		{"a service claims web's cluster IP", func() {
+			upsert(tr, mt.Service("default", "aaa", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
+			upsert(tr, mt.Slice("default", "aaa-1", "aaa", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.3.1")))
+		}, Config{NodeName: "gw"}},
+		{"the claimant goes", func() { tr.DeleteService("default", "aaa"); tr.DeleteSlice("default", "aaa-1") },
+			Config{NodeName: "gw"}},
+		{"a service goes", func() { tr.DeleteService("default", "empty") }, Config{NodeName: "gw"}},
+		{"the node is another", func() {}, Config{NodeName: "backend-2"}},
+		{"the masquerade config changed", func() {}, Config{NodeName: "backend-2", MasqueradeAll: true}},
+	}
+	for _, f := range []model.Family{model.IPv4, model.IPv6} {
+		p := &NFTPlanner{Family: f}
+		var prev *Table
+		for _, st := range steps {
+			st.change()
+			snap, changes := tr.Snapshot()
+			got := p.Plan(snap, st.cfg)
+			want := NFT(snap, f, st.cfg)
+			if diff := cmp.Diff(want.Dump(), got.Dump()); diff != "" {
+				t.Fatalf("%v, %s: planner differs from NFT (-NFT +planner):\n%s", f, st.name, diff)
+			}
+			if !slices.Equal(want.Conflicts, got.Conflicts) {
+				t.Errorf("%v, %s: conflicts %q, NFT says %q", f, st.name, got.Conflicts, want.Conflicts)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("%v, %s: %v", f, st.name, err)
+			}
+			if prev != nil && prev.Family == f && st.name != "the node is another" && st.name != "the masquerade config changed" {
+				for name, c := range got.Chains {
+					old, ok := prev.Chains[name]
+					if ok && c != old && portChain(name) && !touches(changes, name) {
+						t.Errorf("%v, %s: chain %s planned anew though its service port did not change", f, st.name, name)
+					}
+				}
+			}
+			if d := got.Delta; d != nil {
+				if d.From != prev {
+					t.Errorf("%v, %s: delta from another table than the last plan", f, st.name)
+				}
+				checkDelta(t, fmt.Sprintf("%v, %s", f, st.name), prev, got)
+			}
+			prev = got
+		}
+	}
+}
+
+// checkDelta: whatever differs between the table before and after is in the delta.
+func checkDelta(t *testing.T, where string, before, after *Table) {
+	t.Helper()
+	d := after.Delta
+	for _, name := range slices.Concat(slices.Collect(maps.Keys(before.Chains)), slices.Collect(maps.Keys(after.Chains))) {
+		if before.Chains[name] != after.Chains[name] && !d.Chains[name] {
+			t.Errorf("%s: chain %s differs but is not in the delta", where, name)
+		}
+	}
+	for _, name := range slices.Concat(slices.Collect(maps.Keys(before.Sets)), slices.Collect(maps.Keys(after.Sets))) {
+		if before.Sets[name] != after.Sets[name] && !d.Sets[name] {
+			t.Errorf("%s: set %s differs but is not in the delta", where, name)
+		}
+	}
+	for _, name := range slices.Concat(slices.Collect(maps.Keys(before.Counters)), slices.Collect(maps.Keys(after.Counters))) {
+		_, b := before.Counters[name]
+		_, a := after.Counters[name]
+		if a != b && !d.Counters[name] {
+			t.Errorf("%s: counter %s differs but is not in the delta", where, name)
+		}
+	}
+}
+
+var portChainPrefixes = []string{"service-", "local-", "external-", "firewall-", "endpoint-"}
+
+// portChain reports whether a chain is a service port's: the layout's own chains (those
+// of a table without services) are planned each time.
+func portChain(name string) bool {
+	if _, ok := NFT(&model.Snapshot{}, model.IPv4, Config{}).Chains[name]; ok {
+		return false
+	}
+	for _, prefix := range portChainPrefixes {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// touches reports whether a chain belongs to one of the changed service ports.
+func touches(ch model.Changes, chain string) bool {
+	for n := range ch.Ports {
+		base := ChainBase(n)
+		for _, prefix := range portChainPrefixes {
+			if strings.HasPrefix(chain, prefix+base) {
+				return true
+			}
+		}
+		// An endpoint chain's hash is the endpoint's; the port's name follows it.
+		if _, port, ok := strings.Cut(base, "-"); ok && strings.Contains(chain, "-"+port+"__") {
+			return true
+		}
+	}
+	return false
+}
+
+func upsert(tr *model.Tracker, o any) {
+	switch o := o.(type) {
+	case *v1.Service:
+		tr.UpsertService(o)
+	case *discovery.EndpointSlice:
+		tr.UpsertSlice(o)
+	}
+}
