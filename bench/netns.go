@@ -1,46 +1,46 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
-// The benchmark's network: three namespaces it creates and removes, nothing in the root
-// namespace. The apiserver's namespace holds a bridge; each proxy's namespace is joined to it
-// by a veth pair that is created inside the apiserver's namespace with its peer moved straight
-// into the proxy's, so no interface ever appears in the root namespace.
+// The benchmark's network: namespaces the run creates and removes, nothing in the root
+// namespace. The apiserver's namespace holds a bridge; each proxy run gets a fresh namespace,
+// joined to the bridge by a veth pair created inside the apiserver's namespace with its peer
+// moved straight into the proxy's, so no interface ever appears in the root namespace and no
+// run sees the rules of the one before.
 //
 //	api  br0 10.251.0.1/24 (etcd on loopback, kube-apiserver on 10.251.0.1)
-//	eg   eth0 10.251.0.2/24  edgegate
-//	kp   eth0 10.251.0.3/24  kube-proxy
+//	eg   eth0 10.251.0.2/24  edgegate (one namespace per run)
+//	kp   eth0 10.251.0.3/24  kube-proxy (one namespace per run)
+//
+// Namespaces are made with ip(8): package lab creates its own with unexported helpers only;
+// once made, lab.HostIn gives the harness lab's helpers to run and dial inside them.
 const (
 	apiAddr = "10.251.0.1"
 	netMask = "/24"
 )
 
-// topology names the namespaces of one run; the suffix keeps two runs apart.
+// topology names the namespaces of one harness process; the suffix keeps two apart.
 type topology struct {
-	API, EG, KP string
+	API    string
+	suffix string
+	runs   int
+	live   map[string]*proxyNS // made and not yet removed
 }
 
-func newTopology(suffix string) topology {
-	return topology{API: "egb-api-" + suffix, EG: "egb-eg-" + suffix, KP: "egb-kp-" + suffix}
-}
-
-// proxyAddr is the address of a proxy namespace on the bridge.
-func (t topology) proxyAddr(ns string) string {
-	if ns == t.EG {
-		return "10.251.0.2"
-	}
-	return "10.251.0.3"
+func newTopology(suffix string) *topology {
+	return &topology{API: "egb-api-" + suffix, suffix: suffix, live: map[string]*proxyNS{}}
 }
 
 func ipCmd(args ...string) error {
@@ -51,31 +51,15 @@ func ipCmd(args ...string) error {
 	return nil
 }
 
-// create makes the namespaces and links; on error, remove undoes what was made.
-func (t topology) create() error {
-	for _, ns := range []string{t.API, t.EG, t.KP} {
-		if err := ipCmd("netns", "add", ns); err != nil {
-			return err
-		}
-		if err := ipCmd("-n", ns, "link", "set", "lo", "up"); err != nil {
-			return err
-		}
-	}
-	steps := [][]string{
+// create makes the apiserver's namespace and bridge; on error, remove undoes what was made.
+func (t *topology) create() error {
+	for _, s := range [][]string{
+		{"netns", "add", t.API},
+		{"-n", t.API, "link", "set", "lo", "up"},
 		{"-n", t.API, "link", "add", "br0", "type", "bridge"},
 		{"-n", t.API, "addr", "add", apiAddr + netMask, "dev", "br0"},
 		{"-n", t.API, "link", "set", "br0", "up"},
-	}
-	for i, ns := range []string{t.EG, t.KP} {
-		side := fmt.Sprintf("p%d", i)
-		steps = append(steps,
-			[]string{"-n", t.API, "link", "add", side, "type", "veth", "peer", "name", "eth0", "netns", ns},
-			[]string{"-n", t.API, "link", "set", side, "master", "br0", "up"},
-			[]string{"-n", ns, "addr", "add", t.proxyAddr(ns) + netMask, "dev", "eth0"},
-			[]string{"-n", ns, "link", "set", "eth0", "up"},
-		)
-	}
-	for _, s := range steps {
+	} {
 		if err := ipCmd(s...); err != nil {
 			return err
 		}
@@ -83,69 +67,85 @@ func (t topology) create() error {
 	return nil
 }
 
-// remove deletes the namespaces; their links, rules and sockets go with them once no process
-// holds them (the run has stopped its processes by then).
-func (t topology) remove() error {
-	var errs []string
-	for _, ns := range []string{t.KP, t.EG, t.API} {
-		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err != nil {
-			continue // not there
-		}
-		if err := ipCmd("netns", "del", ns); err != nil {
-			errs = append(errs, err.Error())
+// remove deletes the apiserver's namespace and any proxy namespace a failed run left.
+func (t *topology) remove() error {
+	var errs []error
+	for _, p := range t.live {
+		errs = append(errs, t.removeProxy(p))
+	}
+	return errors.Join(append(errs, removeNS(t.API))...)
+}
+
+func removeNS(name string) error {
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); err != nil {
+		return nil // not there
+	}
+	return ipCmd("netns", "del", name)
+}
+
+// proxyNS is one run's namespace.
+type proxyNS struct {
+	Name string
+	Addr string
+	Host *lab.Host // lab's helpers (Start, DialContext) inside it
+	h    netns.NsHandle
+	port string // the veth's end on the bridge
+}
+
+// addProxy makes a fresh namespace on the bridge with addr, for one run of role ("eg", "kp").
+func (t *topology) addProxy(role, addr string) (*proxyNS, error) {
+	t.runs++
+	p := &proxyNS{
+		Name: fmt.Sprintf("egb-%s%d-%s", role, t.runs, t.suffix),
+		Addr: addr,
+		port: fmt.Sprintf("p%d", t.runs),
+		h:    netns.None(),
+	}
+	t.live[p.Name] = p
+	steps := [][]string{
+		{"netns", "add", p.Name},
+		{"-n", p.Name, "link", "set", "lo", "up"},
+		{"-n", t.API, "link", "add", p.port, "type", "veth", "peer", "name", "eth0", "netns", p.Name},
+		{"-n", t.API, "link", "set", p.port, "master", "br0", "up"},
+		{"-n", p.Name, "addr", "add", addr + netMask, "dev", "eth0"},
+		{"-n", p.Name, "link", "set", "eth0", "up"},
+		// The run before used the same address from another MAC.
+		{"-n", t.API, "neigh", "flush", "dev", "br0"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			_ = t.removeProxy(p)
+			return nil, err
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("remove namespaces: %s", strings.Join(errs, "; "))
+	h, err := netns.GetFromName(p.Name)
+	if err != nil {
+		_ = t.removeProxy(p)
+		return nil, fmt.Errorf("open namespace %s: %w", p.Name, err)
 	}
+	p.h = h
+	p.Host = lab.HostIn(role, h)
+	return p, nil
+}
+
+// removeProxy deletes a run's namespace once its processes are gone, and waits until its
+// veth left the bridge: the kernel tears the namespace down, rules and all, in the
+// background, which after a large ruleset takes seconds of CPU the next run should not share.
+func (t *topology) removeProxy(p *proxyNS) error {
+	if p.h.IsOpen() {
+		_ = p.h.Close()
+	}
+	if err := removeNS(p.Name); err != nil {
+		return err
+	}
+	delete(t.live, p.Name)
+	const patience = time.Minute
+	for end := time.Now().Add(patience); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if ipCmd("-n", t.API, "link", "show", p.port) != nil {
+			return nil
+		}
+	}
+	// Not fatal: the next run's veth has a name of its own.
+	progress("warning: veth %s in %s still there %v after namespace %s was deleted", p.port, t.API, patience, p.Name)
 	return nil
-}
-
-// inNS runs fn on a locked OS thread inside the named namespace, so sockets and netlink
-// connections fn opens belong to it; a thread that cannot return stays locked and the runtime
-// discards it.
-func inNS(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter %s: current namespace: %w", name, err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(name)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter %s: %w", name, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- fmt.Errorf("enter %s: %w", name, err)
-			return
-		}
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("leave %s: %w", name, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
-
-// dialer dials from inside a namespace (the proxies' metrics listen on their loopback).
-func dialer(name string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := inNS(name, func() error {
-			var err error
-			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
-	}
 }

@@ -95,8 +95,31 @@ feed:
 	return err
 }
 
+func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+func sliceName(i int) string   { return serviceName(i) + "-0" }
+
+// The port every Service and EndpointSlice has.
+const (
+	portName   = "http"
+	targetPort = 8080
+)
+
+// endpointsOf are Service i's endpoints as created: ready, on otherNode.
+func endpointsOf(i, endpoints int) []discovery.Endpoint {
+	ready, node := true, otherNode
+	eps := make([]discovery.Endpoint, 0, endpoints)
+	for j := range endpoints {
+		eps = append(eps, discovery.Endpoint{
+			Addresses:  []string{endpointIP(i*endpoints + j)},
+			Conditions: discovery.EndpointConditions{Ready: &ready},
+			NodeName:   &node,
+		})
+	}
+	return eps
+}
+
 func createService(ctx context.Context, c kubernetes.Interface, i, endpoints int) error {
-	name := fmt.Sprintf("svc-%05d", i)
+	name := serviceName(i)
 	single := v1.IPFamilyPolicySingleStack
 	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace},
@@ -105,32 +128,25 @@ func createService(ctx context.Context, c kubernetes.Interface, i, endpoints int
 			IPFamilyPolicy: &single,
 			IPFamilies:     []v1.IPFamily{v1.IPv4Protocol},
 			Ports: []v1.ServicePort{{
-				Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080),
+				Name: portName, Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(targetPort),
 			}},
 		},
 	}
 	if _, err := c.CoreV1().Services(benchNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create Service %s/%s: %w", benchNamespace, name, err)
 	}
-	ready, portName, port, proto := true, "http", int32(8080), v1.ProtocolTCP
-	node := otherNode
+	pn, port, proto := portName, int32(targetPort), v1.ProtocolTCP
 	slice := &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name + "-0", Namespace: benchNamespace,
+			Name: sliceName(i), Namespace: benchNamespace,
 			Labels: map[string]string{
 				discovery.LabelServiceName: name,
 				discovery.LabelManagedBy:   "edgegate-bench",
 			},
 		},
 		AddressType: discovery.AddressTypeIPv4,
-		Ports:       []discovery.EndpointPort{{Name: &portName, Port: &port, Protocol: &proto}},
-	}
-	for j := range endpoints {
-		slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{
-			Addresses:  []string{endpointIP(i*endpoints + j)},
-			Conditions: discovery.EndpointConditions{Ready: &ready},
-			NodeName:   &node,
-		})
+		Ports:       []discovery.EndpointPort{{Name: &pn, Port: &port, Protocol: &proto}},
+		Endpoints:   endpointsOf(i, endpoints),
 	}
 	if _, err := c.DiscoveryV1().EndpointSlices(benchNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create EndpointSlice %s/%s: %w", benchNamespace, slice.Name, err)
@@ -153,4 +169,49 @@ func countObjects(ctx context.Context, c kubernetes.Interface) (services, endpoi
 		endpoints += len(s.Endpoints)
 	}
 	return len(svcs.Items), endpoints, nil
+}
+
+// dispatched counts the service ports a proxy dispatches from its service map or services
+// chain: TCP ports of ClusterIP Services (all namespaces: the apiserver's own "kubernetes"
+// Service counts) with at least one ready endpoint. The full sync is in the kernel when the
+// probe counts as many.
+func dispatched(ctx context.Context, c kubernetes.Interface) (int, error) {
+	svcs, err := c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list Services: %w", err)
+	}
+	slices, err := c.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	// Ready endpoints by namespace/service and port name.
+	ready := map[string]bool{}
+	for _, s := range slices.Items {
+		has := false
+		for _, e := range s.Endpoints {
+			has = has || e.Conditions.Ready == nil || *e.Conditions.Ready
+		}
+		if !has {
+			continue
+		}
+		for _, p := range s.Ports {
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			ready[s.Namespace+"/"+s.Labels[discovery.LabelServiceName]+":"+name] = true
+		}
+	}
+	n := 0
+	for _, s := range svcs.Items {
+		if s.Spec.ClusterIP == "" || s.Spec.ClusterIP == v1.ClusterIPNone {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if p.Protocol == v1.ProtocolTCP && ready[s.Namespace+"/"+s.Name+":"+p.Name] {
+				n++
+			}
+		}
+	}
+	return n, nil
 }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/edgegate/edgegate/bench/boot"
+	"github.com/edgegate/edgegate/bench/dataplane"
+)
+
+// dataPlaneSections measures connection setup through edgegate's rules against the same
+// path without them (bench/dataplane) and adds one section per kernel. A failure is
+// reported in the table with what was measured before it: the control-plane figures of
+// the run stay valid.
+func dataPlaneSections(ctx context.Context, r *report, edgegate string, sizes []int, modes []string, log io.Writer) {
+	res, err := dataplane.Run(ctx, dataplane.Options{EdgegateBin: edgegate, Sizes: sizes, Modes: modes, Log: log})
+	byWhere := map[string]*section{}
+	for _, x := range res {
+		s := byWhere[x.Where]
+		if s == nil {
+			s = r.add(fmt.Sprintf("data plane (%s): TCP connection setup, connect() to established, p50 / p99 / mean", x.Where),
+				"VIP", "direct", "bare", "VIP/direct", "VIP/bare", "conns", "programmed")
+			s.Notes = []string{
+				"VIP: to the last Service's ClusterIP through edgegate's rules; direct: to the backend through the same",
+				"gateway, matching no Service; bare: through a twin gateway with no rules at all (the physical limit).",
+				"Ratios are p50 / p99 / mean; series interleaved in batches of 20 so load changes hit all three.",
+			}
+			byWhere[x.Where] = s
+		}
+		p50, p99, mean := dataplane.Ratio(x.VIP, x.Direct)
+		b50, b99, bmean := dataplane.Ratio(x.VIP, x.Bare)
+		s.row(fmt.Sprintf("%s, %d Services", x.Mode, x.Services),
+			latency(x.VIP), latency(x.Direct), latency(x.Bare),
+			fmt.Sprintf("%.2f / %.2f / %.2f", p50, p99, mean), fmt.Sprintf("%.2f / %.2f / %.2f", b50, b99, bmean),
+			fmt.Sprintf("%d (%d failed)", x.Conns, x.Failed), x.Programmed.Round(100*time.Millisecond).String())
+	}
+	if err != nil {
+		s := r.add("data plane: stopped", "")
+		s.Notes = []string{fmt.Sprintf("the data-plane measurement failed: %v", err)}
+	}
+}
+
+// bootSection boots the firmware of every QEMU board (bench/boot) and adds its phases.
+func bootSection(ctx context.Context, r *report, log io.Writer) {
+	res, err := boot.Run(ctx, boot.Options{Log: log})
+	if len(res) > 0 {
+		s := r.add(fmt.Sprintf("boot: seconds from QEMU's start, %d Services in %s mode", res[0].Services, res[0].Mode), boot.Columns...)
+		for _, x := range res {
+			var cells []string
+			for _, c := range boot.Columns {
+				if d, ok := x.At(c); ok {
+					cells = append(cells, fmt.Sprintf("%.2f", d.Seconds()))
+				} else {
+					cells = append(cells, "-")
+				}
+			}
+			s.row(x.Board, cells...)
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %s; kernel %s; first full sync %v", x.Board, x.Emulation, x.Kernel, x.Sync.Round(10*time.Millisecond)))
+		}
+	}
+	if err != nil {
+		s := r.add("boot: stopped", "")
+		s.Notes = []string{fmt.Sprintf("the boot measurement failed: %v", err)}
+	}
+}
+
+func latency(l dataplane.Latency) string {
+	us := func(d time.Duration) string { return fmt.Sprintf("%d", d.Microseconds()) }
+	return us(l.P50) + " / " + us(l.P99) + " / " + us(l.Mean) + " µs"
+}
