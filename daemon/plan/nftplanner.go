@@ -48,6 +48,9 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 		return p.planAll(snap, cfg)
 	}
 	last := p.last
+	// Only one step back is ever compared: a chain of Deltas would keep every table
+	// planned since the start alive.
+	last.Delta = nil
 	t := &Table{Family: p.Family, Name: TableName,
 		Chains: maps.Clone(last.Chains), Sets: maps.Clone(last.Sets), Counters: maps.Clone(last.Counters)}
 	d := &Delta{From: last, Chains: map[string]bool{}, Sets: map[string]bool{}, Counters: map[string]bool{}}
@@ -119,6 +122,9 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 
 // planAll plans every service port afresh.
 func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
+	if p.last != nil {
+		p.last.Delta = nil
+	}
 	t := newTable(p.Family)
 	t.base(cfg)
 	next := make(map[model.ServicePortName]*fragment, len(snap.Ports))

@@ -73,6 +73,9 @@ func TestPlannerMatchesNFT(t *testing.T) {
 					}
 				}
 			}
+			if prev != nil && prev.Delta != nil {
+				t.Errorf("%v, %s: the table before still holds its delta (and so every table before it)", f, st.name)
+			}
 			if d := got.Delta; d != nil {
 				if d.From != prev {
 					t.Errorf("%v, %s: delta from another table than the last plan", f, st.name)
