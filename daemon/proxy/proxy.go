@@ -54,6 +54,7 @@ type Proxier struct {
 	lastTrigger map[model.ServicePortName]int64
 	conflicts   []string
 	problems    []string
+	release     releaser
 }
 
 // Queued records that a change is waiting for the next sync (health and metrics).
@@ -124,6 +125,7 @@ func (p *Proxier) Sync() error {
 	}
 	p.Log.Log(context.Background(), level, "rules programmed", "mode", p.Dataplane.Mode(), "full", res.Full,
 		"changed", len(changes.Ports), "chains", res.Written, "elements", res.Elements, "deleted", res.Deleted, "took", end.Sub(start))
+	p.release.after(res)
 	return nil
 }
 
