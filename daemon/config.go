@@ -32,15 +32,17 @@ type Config struct {
 	Zone               string   `json:"zone"`
 	HealthzBindAddress string   `json:"healthzBindAddress"`
 	MetricsBindAddress string   `json:"metricsBindAddress"`
-	NodePortAddresses  []string `json:"nodePortAddresses"`
-	ClusterCIDRs       []string `json:"clusterCIDR"`
-	MasqueradeAll      bool     `json:"masqueradeAll"`
-	MasqueradeBit      int      `json:"masqueradeBit"`
-	Manifests          string   `json:"manifests"`
-	SyncPeriod         Duration `json:"syncPeriod"`
-	MinSyncPeriod      Duration `json:"minSyncPeriod"`
-	FullSyncPeriod     Duration `json:"fullSyncPeriod"`
-	LogLevel           string   `json:"logLevel"`
+	// EnableProfiling serves Go's /debug/pprof on the metrics address, as kube-proxy's does.
+	EnableProfiling   bool     `json:"enableProfiling"`
+	NodePortAddresses []string `json:"nodePortAddresses"`
+	ClusterCIDRs      []string `json:"clusterCIDR"`
+	MasqueradeAll     bool     `json:"masqueradeAll"`
+	MasqueradeBit     int      `json:"masqueradeBit"`
+	Manifests         string   `json:"manifests"`
+	SyncPeriod        Duration `json:"syncPeriod"`
+	MinSyncPeriod     Duration `json:"minSyncPeriod"`
+	FullSyncPeriod    Duration `json:"fullSyncPeriod"`
+	LogLevel          string   `json:"logLevel"`
 	// IPVS is the ipvs mode's part, kube-proxy's KubeProxyConfiguration.ipvs.
 	IPVS IPVSConfiguration `json:"ipvs"`
 	// Conntrack sizes the connection tracking table and sets its timeouts, kube-proxy's
@@ -233,6 +235,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address:port of /healthz and /livez; empty disables")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address:port of /metrics; empty disables")
+	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "serve Go's profiles at /debug/pprof/ on the metrics address (CPU, heap: where a sync's time and memory go)")
 	fs.StringVar(&c.DashboardBindAddress, "dashboard-bind-address", c.DashboardBindAddress, "address:port of the dashboard and operator API (never a NodePort-range port); empty disables")
 	fs.StringVar(&c.DashboardTokenFile, "dashboard-token-file", c.DashboardTokenFile, "file holding the dashboard's access token; default: generated at first start into --state-dir")
 	fs.Var(listFlag{&c.NodePortAddresses}, "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -268,7 +269,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		start("healthz", func() error { return health.Serve(ctx, cfg.HealthzBindAddress, log.With("component", "healthz")) })
 	}
 	if cfg.MetricsBindAddress != "" {
-		start("metrics", func() error { return serveMetrics(ctx, cfg.MetricsBindAddress, m) })
+		start("metrics", func() error { return serveMetrics(ctx, cfg.MetricsBindAddress, metricsMux(m, cfg.EnableProfiling)) })
 	}
 	if dash != nil {
 		start("dashboard", func() error { dash.Start(ctx, cfg.DashboardBindAddress); return nil })
@@ -392,9 +393,21 @@ func warnForwarding(log *slog.Logger) {
 	}
 }
 
-func serveMetrics(ctx context.Context, addr string, m *metrics.Metrics) error {
+// metricsMux serves /metrics and, with profiling, Go's profiles under /debug/pprof/.
+func metricsMux(m *metrics.Metrics, profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+func serveMetrics(ctx context.Context, addr string, mux http.Handler) error {
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

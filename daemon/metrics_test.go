@@ -1,0 +1,42 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/edgegate/edgegate/daemon/metrics"
+)
+
+// TestProfilingIsOptIn: /debug/pprof/ is served on the metrics address only with
+// --profiling (or enableProfiling in the file), like kube-proxy's.
+func TestProfilingIsOptIn(t *testing.T) {
+	c, err := parseConfig(nil)
+	if err != nil || c.EnableProfiling {
+		t.Fatalf("default: profiling %v, err %v; want off", c.EnableProfiling, err)
+	}
+	for _, args := range [][]string{{"--profiling"}, {"--config", writeFile(t, "enableProfiling: true\n")}} {
+		if c, err := parseConfig(args); err != nil || !c.EnableProfiling {
+			t.Errorf("%v: profiling %v, err %v; want on", args, c.EnableProfiling, err)
+		}
+	}
+	m := metrics.New()
+	for _, profiling := range []bool{false, true} {
+		srv := httptest.NewServer(metricsMux(m, profiling))
+		for path, want := range map[string]int{
+			"/metrics":                  http.StatusOK,
+			"/debug/pprof/heap?debug=1": map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling],
+			"/debug/pprof/":             map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling],
+		} {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("profiling %v: GET %s: %d, want %d", profiling, path, resp.StatusCode, want)
+			}
+		}
+		srv.Close()
+	}
+}
