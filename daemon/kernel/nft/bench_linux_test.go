@@ -50,7 +50,7 @@ func benchSnapshot(services, endpoints int) *model.Snapshot {
 // (the periodic full sync, which reads the kernel's objects first). With -cpuprofile it
 // shows where edgegate's time goes; the kernel's share needs perf.
 func BenchmarkFullSync(b *testing.B) {
-	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
+	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}, {5000, 50}} {
 		snap := benchSnapshot(size.services, size.endpoints)
 		cfg := plan.Config{NodeName: "gw"}
 		for _, again := range []bool{false, true} {
