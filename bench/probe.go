@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -50,7 +51,8 @@ type layout struct {
 	// An endpoint is in the kernel when the service chain sends packets to it: a rule jumps
 	// or goes to its chain, or looks the choice up in a map one of whose values is its chain
 	// (a verdict) or its address . port (kube-proxy's nftables mode DNATs straight from such
-	// a map when no endpoint needs a chain of its own). Both programs change a service's
+	// a map when no endpoint needs a chain of its own), or the rule DNATs to its address and
+	// port itself (edgegate's nftables mode for services without affinity). Both programs change a service's
 	// dispatch in the transaction that adds or removes the endpoint; the endpoint's own chain
 	// may outlive it (kube-proxy's iptables mode deletes stale chains only every 30 s in
 	// clusters of over 1000 endpoints), so it is not what is probed.
@@ -169,6 +171,9 @@ func (p *probe) endpoint(ep endpointRef) (bool, error) {
 	var port [2]byte
 	binary.BigEndian.PutUint16(port[:], ep.TargetPort)
 	for _, r := range rules {
+		if dnatsTo(r, addr[:], port[:]) {
+			return true, nil
+		}
 		for _, e := range r.Exprs {
 			switch e := e.(type) {
 			case *expr.Verdict:
@@ -193,6 +198,21 @@ func (p *probe) endpoint(ep endpointRef) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// dnatsTo reports whether a rule DNATs to the address and port it loads as immediates.
+func dnatsTo(r *nftables.Rule, addr, port []byte) bool {
+	var hasAddr, hasPort, dnat bool
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Immediate:
+			hasAddr = hasAddr || bytes.Equal(e.Data, addr)
+			hasPort = hasPort || bytes.Equal(e.Data, port)
+		case *expr.NAT:
+			dnat = dnat || e.Type == expr.NATTypeDestNAT
+		}
+	}
+	return hasAddr && hasPort && dnat
 }
 
 // mapValue is one map element's value: a verdict's chain, or data.

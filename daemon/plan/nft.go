@@ -36,6 +36,24 @@ type Table struct {
 type Delta struct {
 	From                   *Table
 	Chains, Sets, Counters map[string]bool
+	// Elems, for some of the changed sets, lists exactly the elements added and removed,
+	// so that a set of 100,000 elements is not compared whole for one change.
+	Elems map[string]ElemChanges
+}
+
+// ElemsFrom returns the element changes of set name when d was planned from prev and
+// lists them; d may be nil.
+func (d *Delta) ElemsFrom(prev *Table, name string) (ElemChanges, bool) {
+	if d == nil || d.From != prev {
+		return ElemChanges{}, false
+	}
+	ch, ok := d.Elems[name]
+	return ch, ok
+}
+
+// ElemChanges are the elements a set gained and lost.
+type ElemChanges struct {
+	Add, Del []Elem
 }
 
 // Chain is a base chain (Hook set) or a regular chain.
@@ -63,6 +81,9 @@ const (
 	KeyAddrProtoPort                // ip daddr . meta l4proto . th dport
 	KeyProtoPort                    // meta l4proto . th dport
 	KeyIndex                        // numgen random mod N
+	// KeyHairpin is ip saddr . ip daddr; its elements hold one address twice (Key.Addr):
+	// a connection from an endpoint that was DNATed back to that same endpoint.
+	KeyHairpin
 )
 
 // Key is a set element key; which fields count depends on the set's KeyKind.
@@ -129,6 +150,13 @@ type Stmt interface{ nft(f model.Family) string }
 type (
 	// CtStateNew matches the first packet of a connection.
 	CtStateNew struct{}
+	// CtStatusDNAT matches a connection whose destination was rewritten (ct status dnat).
+	CtStatusDNAT struct{}
+	// MatchKeySet looks the packet's key of kind Key up in a named set.
+	MatchKeySet struct {
+		Key KeyKind
+		Set string
+	}
 	// MatchAddr matches the source or destination address against a prefix.
 	MatchAddr struct {
 		Source bool
@@ -213,7 +241,11 @@ func protoName(p uint8) string {
 	return fmt.Sprint(p)
 }
 
-func (CtStateNew) nft(model.Family) string { return "ct state new" }
+func (CtStateNew) nft(model.Family) string   { return "ct state new" }
+func (CtStatusDNAT) nft(model.Family) string { return "ct status dnat" }
+func (m MatchKeySet) nft(f model.Family) string {
+	return fmt.Sprintf("%s @%s", keyExpr(m.Key, f), m.Set)
+}
 func (m MatchAddr) nft(f model.Family) string {
 	op := ""
 	if m.Not {
@@ -266,6 +298,8 @@ func keyExpr(k KeyKind, f model.Family) string {
 		return addrKeyword(f) + " daddr . meta l4proto . th dport"
 	case KeyProtoPort:
 		return "meta l4proto . th dport"
+	case KeyHairpin:
+		return addrKeyword(f) + " saddr . " + addrKeyword(f) + " daddr"
 	}
 	return addrKeyword(f) + " daddr"
 }
@@ -282,6 +316,8 @@ func keyType(k KeyKind, f model.Family) string {
 		return "inet_proto . inet_service"
 	case KeyIndex:
 		return "mark"
+	case KeyHairpin:
+		return addr + " . " + addr
 	}
 	return addr
 }
@@ -294,6 +330,8 @@ func (k Key) format(kind KeyKind) string {
 		return fmt.Sprintf("%s . %d", protoName(k.Proto), k.Port)
 	case KeyIndex:
 		return fmt.Sprintf("0x%08x", k.Index)
+	case KeyHairpin:
+		return fmt.Sprintf("%s . %s", k.Addr, k.Addr)
 	}
 	return k.Addr.String()
 }
@@ -304,6 +342,8 @@ func (r Rule) SetRefs() []string {
 	for _, s := range r {
 		switch s := s.(type) {
 		case MatchAddrSet:
+			out = append(out, s.Set)
+		case MatchKeySet:
 			out = append(out, s.Set)
 		case VMap:
 			out = append(out, s.Map)

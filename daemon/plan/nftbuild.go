@@ -21,6 +21,7 @@ const (
 	MapNoEndpointSvcs    = "no-endpoint-services"
 	MapNoEndpointNodePts = "no-endpoint-nodeports"
 	MapFirewallIPs       = "firewall-ips"
+	SetHairpin           = "hairpin-endpoints"
 
 	ChainServices        = "services"
 	ChainMarkMasq        = "mark-for-masquerade"
@@ -80,7 +81,7 @@ func (t *Table) elem(set string, k Key, v Verdict, owner model.ServicePortName) 
 		t.owners[set] = map[Key]ownedElem{}
 	}
 	if prev, ok := t.owners[set][k]; ok {
-		if prev.verdict != v || prev.owner != owner {
+		if !sharedSets[set] && (prev.verdict != v || prev.owner != owner) {
 			t.Conflicts = append(t.Conflicts, fmt.Sprintf("%s and %s both claim %s in %s; %s keeps it",
 				prev.owner, owner, k.format(s.Key), set, prev.owner))
 		}
@@ -107,6 +108,10 @@ var siblingMaps = map[string][]string{
 	MapNoEndpointNodePts: {MapServiceNodePorts},
 }
 
+// sharedSets hold elements that several service ports may add without a conflict: two
+// Services selecting the same Pod both hairpin it.
+var sharedSets = map[string]bool{SetHairpin: true}
+
 type ownedElem struct {
 	owner   model.ServicePortName
 	verdict Verdict
@@ -124,6 +129,7 @@ func (t *Table) base(cfg Config) {
 	t.set(MapNoEndpointSvcs, KeyAddrProtoPort, true)
 	t.set(MapNoEndpointNodePts, KeyProtoPort, true)
 	t.set(MapFirewallIPs, KeyAddrProtoPort, true)
+	t.set(SetHairpin, KeyHairpin, false)
 
 	// Traffic from outside meets the no-endpoint verdicts before routing, while its
 	// destination is still the service address: a gateway need not have a route to a
@@ -153,7 +159,10 @@ func (t *Table) base(cfg Config) {
 	t.chain(ChainClusterIPsCheck, nil, Rule{MatchAddrSet{Set: SetClusterIPs}, RejectStmt{}})
 	t.chain(ChainReject, nil, Rule{RejectStmt{TCPReset: true}}, Rule{RejectStmt{}})
 	t.chain(ChainMarkMasq, nil, Rule{SetMark{mark}})
+	// Hairpin: an endpoint whose connection to its own service was sent back to itself
+	// must see the node as the source, or it would answer itself directly.
 	t.chain(ChainMasquerading, nil,
+		Rule{CtStatusDNAT{}, MatchKeySet{Key: KeyHairpin, Set: SetHairpin}, jump(ChainMarkMasq)},
 		Rule{MatchMarkClear{mark}, Do{Verdict{Kind: VerdictReturn}}},
 		Rule{ClearMark{mark}},
 		Rule{Masquerade{}})
@@ -314,40 +323,47 @@ func (t *Table) dispatch(name string, p *PortPolicy, eps []model.Endpoint, inter
 			}
 		}
 	}
-	chains := make([]string, len(eps))
-	for i, e := range eps {
-		chains[i] = EndpointChain(sp.Name, e)
-		if sp.AffinityTimeout > 0 {
-			c.Rules = append(c.Rules, Rule{MatchAddrSet{Source: true, Set: AffinitySet(sp.Name, e)}, gotoC(chains[i])})
+	if sp.AffinityTimeout > 0 {
+		for _, e := range eps {
+			c.Rules = append(c.Rules, Rule{MatchAddrSet{Source: true, Set: AffinitySet(sp.Name, e)}, gotoC(EndpointChain(sp.Name, e))})
 		}
 	}
 	// The endpoint choice is one rule per endpoint, each taking 1/n of what the rules
 	// before it left, not a numgen map per service: the kernel (6.1 to 6.18) finds a
 	// named set by walking the table's list of sets, so with a map per service every
-	// map, element batch and rule lookup of a sync costs time in the number of services,
-	// and a full sync of 10,000 services spent most of its 11 s in the kernel there.
-	for i, ch := range chains {
-		if left := uint32(len(chains) - i); left > 1 {
-			c.Rules = append(c.Rules, Rule{Pick{Mod: left}, gotoC(ch)})
-		} else {
-			c.Rules = append(c.Rules, Rule{gotoC(ch)})
+	// map, element batch and rule lookup of a sync costs time in the number of services.
+	// Without affinity the rule itself counts and DNATs (dnat ends the chain): an
+	// endpoint chain each would be ten times the chains, and every commit that adds a
+	// rule has the kernel validate every chain reachable from the hooks.
+	for i, e := range eps {
+		var pick Rule
+		if left := uint32(len(eps) - i); left > 1 {
+			pick = Rule{Pick{Mod: left}}
 		}
+		if sp.AffinityTimeout > 0 {
+			c.Rules = append(c.Rules, append(pick, gotoC(EndpointChain(sp.Name, e))))
+			continue
+		}
+		c.Rules = append(c.Rules, append(pick, Counter{EndpointChain(sp.Name, e)}, dnatTo(sp, e)))
 	}
 }
 
-// endpoint adds the chain (and affinity set) of one endpoint.
+func dnatTo(sp *model.ServicePort, e model.Endpoint) DNAT {
+	return DNAT{Proto: sp.Name.Protocol.Number(), To: netip.AddrPortFrom(e.Addr, e.Port)}
+}
+
+// endpoint adds the counter and the hairpin element of one endpoint, and with ClientIP
+// affinity its chain and affinity set: the service chain looks the client up in every
+// endpoint's set first, and the chosen endpoint's chain records the client.
 func (t *Table) endpoint(p *PortPolicy, e model.Endpoint) {
 	sp := p.SP
 	name := EndpointChain(sp.Name, e)
 	t.Counters[name] = struct{}{}
-	c := t.chain(name, nil,
-		Rule{Counter{name}},
-		// Hairpin: an endpoint reaching its own service must see the node as source.
-		Rule{MatchAddr{Source: true, Prefix: netip.PrefixFrom(e.Addr, e.Addr.BitLen())}, jump(ChainMarkMasq)})
-	if sp.AffinityTimeout > 0 {
-		set := AffinitySet(sp.Name, e)
-		t.Sets[set] = &Set{Name: set, Key: KeyAddr, Dynamic: true, Timeout: sp.AffinityTimeout}
-		c.Rules = append(c.Rules, Rule{UpdateSource{Set: set}})
+	t.elem(SetHairpin, Key{Addr: e.Addr}, Verdict{}, sp.Name)
+	if sp.AffinityTimeout <= 0 {
+		return
 	}
-	c.Rules = append(c.Rules, Rule{DNAT{Proto: sp.Name.Protocol.Number(), To: netip.AddrPortFrom(e.Addr, e.Port)}})
+	set := AffinitySet(sp.Name, e)
+	t.Sets[set] = &Set{Name: set, Key: KeyAddr, Dynamic: true, Timeout: sp.AffinityTimeout}
+	t.chain(name, nil, Rule{Counter{name}}, Rule{UpdateSource{Set: set}}, Rule{dnatTo(sp, e)})
 }

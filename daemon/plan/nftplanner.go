@@ -21,6 +21,9 @@ type NFTPlanner struct {
 	cfg   Config
 	frags map[model.ServicePortName]*fragment
 	last  *Table
+	// refs counts, for each shared set (sharedSets), the service ports holding each
+	// element: those sets are kept up to date from the changed fragments alone.
+	refs map[string]map[Key]int
 }
 
 // fragment is what one service port adds to the table.
@@ -55,7 +58,9 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 		Chains: maps.Clone(last.Chains), Sets: maps.Clone(last.Sets), Counters: maps.Clone(last.Counters)}
 	d := &Delta{From: last, Chains: map[string]bool{}, Sets: map[string]bool{}, Counters: map[string]bool{}}
 	t.Delta = d
+	var dropped []*fragment
 	drop := func(f *fragment) {
+		dropped = append(dropped, f)
 		for _, c := range f.chains {
 			delete(t.Chains, c.Name)
 			d.Chains[c.Name] = true
@@ -113,11 +118,78 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 	}
 	for _, sp := range snap.Sorted() {
 		for _, e := range next[sp.Name].elems {
-			t.elem(e.set, e.key, e.v, e.owner)
+			if !sharedSets[e.set] {
+				t.elem(e.set, e.key, e.v, e.owner)
+			}
 		}
+	}
+	for name := range sharedSets {
+		p.updateShared(name, t, last, dropped, fresh)
 	}
 	p.frags, p.last = next, t
 	return t
+}
+
+// updateShared carries a shared set over from last to t, with the elements the dropped
+// fragments were the last to hold removed and those the fresh ones brought added, and
+// records them in t's Delta. An unchanged set stays the very same value.
+func (p *NFTPlanner) updateShared(name string, t, last *Table, dropped, fresh []*fragment) {
+	refs := p.refs[name]
+	gone, added := map[Key]bool{}, map[Key]bool{}
+	for _, f := range dropped {
+		for _, e := range f.elems {
+			if e.set == name {
+				if refs[e.key]--; refs[e.key] == 0 {
+					delete(refs, e.key)
+					gone[e.key] = true
+				}
+			}
+		}
+	}
+	for _, f := range fresh {
+		for _, e := range f.elems {
+			if e.set == name {
+				if refs[e.key]++; refs[e.key] == 1 {
+					if gone[e.key] {
+						delete(gone, e.key) // dropped and brought back: unchanged
+					} else {
+						added[e.key] = true
+					}
+				}
+			}
+		}
+	}
+	old := last.Sets[name]
+	if len(gone) == 0 && len(added) == 0 {
+		t.Sets[name] = old
+		delete(t.Delta.Sets, name)
+		return
+	}
+	s := *old
+	s.Elems = make([]Elem, 0, len(old.Elems)+len(added))
+	var ch ElemChanges
+	for _, e := range old.Elems {
+		if gone[e.Key] {
+			ch.Del = append(ch.Del, e)
+		} else {
+			s.Elems = append(s.Elems, e)
+		}
+	}
+	for _, f := range fresh {
+		for _, e := range f.elems {
+			if e.set == name && added[e.key] {
+				delete(added, e.key)
+				el := Elem{Key: e.key, Verdict: e.v}
+				s.Elems = append(s.Elems, el)
+				ch.Add = append(ch.Add, el)
+			}
+		}
+	}
+	t.Sets[name] = &s
+	if t.Delta.Elems == nil {
+		t.Delta.Elems = map[string]ElemChanges{}
+	}
+	t.Delta.Elems[name] = ch
 }
 
 // planAll plans every service port afresh.
@@ -128,12 +200,21 @@ func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
 	t := newTable(p.Family)
 	t.base(cfg)
 	next := make(map[model.ServicePortName]*fragment, len(snap.Ports))
+	refs := map[string]map[Key]int{}
+	for name := range sharedSets {
+		refs[name] = map[Key]int{}
+	}
 	for _, sp := range snap.Sorted() {
 		f := planFragment(sp, p.Family, cfg)
 		next[sp.Name] = f
 		t.add(f)
+		for _, e := range f.elems {
+			if sharedSets[e.set] {
+				refs[e.set][e.key]++
+			}
+		}
 	}
-	p.frags, p.last, p.cfg = next, t, cfg
+	p.frags, p.last, p.cfg, p.refs = next, t, cfg, refs
 	return t
 }
 

@@ -45,12 +45,24 @@ func TestPlannerMatchesNFT(t *testing.T) {
 		{"the claimant goes", func() { tr.DeleteService("default", "aaa"); tr.DeleteSlice("default", "aaa-1") },
 			Config{NodeName: "gw"}},
 		{"a service goes", func() { tr.DeleteService("default", "empty") }, Config{NodeName: "gw"}},
+		// Hairpin elements are shared: one stays while any service port still uses it.
+		{"a second service selects dns's endpoints", func() {
+			upsert(tr, mt.Service("default", "bbb", "10.96.0.77", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
+			upsert(tr, mt.Slice("default", "bbb-1", "bbb", "http", v1.ProtocolTCP, 8080,
+				mt.EP("10.200.2.99"), mt.EP("10.200.4.1")))
+		}, Config{NodeName: "gw"}},
+		{"dns drops the endpoint it shares", func() {
+			upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11")))
+		}, Config{NodeName: "gw"}},
+		{"the second service goes", func() { tr.DeleteService("default", "bbb"); tr.DeleteSlice("default", "bbb-1") },
+			Config{NodeName: "gw"}},
 		{"the node is another", func() {}, Config{NodeName: "backend-2"}},
 		{"the masquerade config changed", func() {}, Config{NodeName: "backend-2", MasqueradeAll: true}},
 	}
 	for _, f := range []model.Family{model.IPv4, model.IPv6} {
 		p := &NFTPlanner{Family: f}
 		var prev *Table
+		listed := 0 // plans whose delta listed hairpin element changes
 		for _, st := range steps {
 			st.change()
 			snap, changes := tr.Snapshot()
@@ -81,8 +93,14 @@ func TestPlannerMatchesNFT(t *testing.T) {
 					t.Errorf("%v, %s: delta from another table than the last plan", f, st.name)
 				}
 				checkDelta(t, fmt.Sprintf("%v, %s", f, st.name), prev, got)
+				if ch := d.Elems[SetHairpin]; len(ch.Add)+len(ch.Del) > 0 {
+					listed++
+				}
 			}
 			prev = got
+		}
+		if f == model.IPv4 && listed < 3 {
+			t.Errorf("IPv4: %d plans listed their hairpin element changes, want the 3 that changed them at least", listed)
 		}
 	}
 }
@@ -99,6 +117,32 @@ func checkDelta(t *testing.T, where string, before, after *Table) {
 	for _, name := range slices.Concat(slices.Collect(maps.Keys(before.Sets)), slices.Collect(maps.Keys(after.Sets))) {
 		if before.Sets[name] != after.Sets[name] && !d.Sets[name] {
 			t.Errorf("%s: set %s differs but is not in the delta", where, name)
+		}
+	}
+	// Listed element changes are exact: before's elements, less Del, plus Add, are after's.
+	for name, ch := range d.Elems {
+		have := map[Key]bool{}
+		for _, e := range before.Sets[name].Elems {
+			have[e.Key] = true
+		}
+		for _, e := range ch.Del {
+			if !have[e.Key] {
+				t.Errorf("%s: set %s: delta removes %v, which it did not hold", where, name, e.Key)
+			}
+			delete(have, e.Key)
+		}
+		for _, e := range ch.Add {
+			if have[e.Key] {
+				t.Errorf("%s: set %s: delta adds %v, which it held", where, name, e.Key)
+			}
+			have[e.Key] = true
+		}
+		got := map[Key]bool{}
+		for _, e := range after.Sets[name].Elems {
+			got[e.Key] = true
+		}
+		if !maps.Equal(have, got) || len(got) != len(after.Sets[name].Elems) {
+			t.Errorf("%s: set %s: before and the delta make %v, the table holds %v", where, name, have, got)
 		}
 	}
 	for _, name := range slices.Concat(slices.Collect(maps.Keys(before.Counters)), slices.Collect(maps.Keys(after.Counters))) {

@@ -56,7 +56,7 @@ type PortPolicy struct {
 
 	// Cluster are the endpoints for cluster-wide policy, Local the node-local ones.
 	Cluster, Local []model.Endpoint
-	// Reachable is every endpoint some traffic may reach (each needs an endpoint chain).
+	// Reachable is every endpoint some traffic may reach (each has a counter and a hairpin element).
 	Reachable []model.Endpoint
 
 	Internal Outcome // traffic to the ClusterIP

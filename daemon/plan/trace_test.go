@@ -314,6 +314,14 @@ func (r *run) rule(c *Chain, rule Rule) (f ending, done bool) {
 		switch s := s.(type) {
 		case CtStateNew:
 			// Every traced packet starts a new connection.
+		case CtStatusDNAT:
+			if !r.dnat.IsValid() {
+				return endContinue, false
+			}
+		case MatchKeySet:
+			if !r.inKeySet(s) {
+				return endContinue, false
+			}
 		case MatchAddr:
 			a := r.dst()
 			if s.Source {
@@ -485,6 +493,19 @@ func (r *run) inSet(name string, a netip.Addr) bool {
 		return true
 	}
 	return slices.ContainsFunc(s.Elems, func(e Elem) bool { return e.Key.Addr == a })
+}
+
+// inKeySet looks the packet's key up in a named set that is not an address set.
+func (r *run) inKeySet(m MatchKeySet) bool {
+	s := r.set(m.Set)
+	if s.Map || s.Key != m.Key {
+		r.tr.fail("tracer: %s lookup in %q, a set of another key", keyExpr(m.Key, r.tr.table.Family), m.Set)
+	}
+	if m.Key != KeyHairpin {
+		r.tr.fail("tracer: lookups of key kind %d are unknown to the tracer; teach it", m.Key)
+	}
+	src := r.p.src
+	return src == r.dst() && slices.ContainsFunc(s.Elems, func(e Elem) bool { return e.Key.Addr == src })
 }
 
 // lookup finds the packet's key in a verdict map.

@@ -21,6 +21,9 @@ const (
 	reg32base = unix.NFT_REG32_00
 )
 
+// ctStatusDNAT is IPS_DST_NAT of the conntrack status bits: the destination was rewritten.
+const ctStatusDNAT = 1 << 5
+
 func tableFamily(f model.Family) nftables.TableFamily {
 	if f == model.IPv6 {
 		return nftables.TableFamilyIPv6
@@ -45,6 +48,8 @@ func keyType(k plan.KeyKind, f model.Family) nftables.SetDatatype {
 		// nft prints integer-typed maps without their typeof annotation as "type 0"; the
 		// mark type has the same size and host byte order, and prints clearly.
 		return nftables.TypeMark
+	case plan.KeyHairpin:
+		return nftables.MustConcatSetType(addrType(f), addrType(f))
 	}
 	return addrType(f)
 }
@@ -62,6 +67,8 @@ func keyBytes(k plan.Key, kind plan.KeyKind) []byte {
 	case plan.KeyIndex:
 		// numgen writes its result in host byte order.
 		return binaryutil.NativeEndian.PutUint32(k.Index)
+	case plan.KeyHairpin:
+		return append(k.Addr.AsSlice(), k.Addr.AsSlice()...)
 	}
 	return k.Addr.AsSlice()
 }
@@ -88,7 +95,7 @@ func setOf(t *nftables.Table, s *plan.Set, f model.Family) *nftables.Set {
 		Name:          s.Name,
 		KeyType:       keyType(s.Key, f),
 		IsMap:         s.Map,
-		Concatenation: s.Key == plan.KeyAddrProtoPort || s.Key == plan.KeyProtoPort,
+		Concatenation: s.Key == plan.KeyAddrProtoPort || s.Key == plan.KeyProtoPort || s.Key == plan.KeyHairpin,
 	}
 	if s.Key == plan.KeyIndex {
 		ns.KeyByteOrder = binaryutil.NativeEndian
@@ -158,6 +165,15 @@ func (e *encoder) stmt(s plan.Stmt) ([]expr.Any, error) {
 				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
 		}, nil
+	case plan.CtStatusDNAT:
+		return []expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ctStatusDNAT), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		}, nil
+	case plan.MatchKeySet:
+		return append(e.loadKey(s.Key), &expr.Lookup{SourceRegister: reg1, SetName: s.Set}), nil
 	case plan.MatchAddr:
 		return e.matchPrefix(s), nil
 	case plan.MatchAddrSet:
@@ -247,6 +263,9 @@ func (e *encoder) loadKey(k plan.KeyKind) []expr.Any {
 		return []expr.Any{e.loadAddr(false, reg1), proto(next), dport(next + 1)}
 	case plan.KeyProtoPort:
 		return []expr.Any{proto(reg1), dport(reg32base + 1)}
+	case plan.KeyHairpin:
+		_, n := e.addrOffset(true)
+		return []expr.Any{e.loadAddr(true, reg1), e.loadAddr(false, reg32base+n/4)}
 	}
 	return []expr.Any{e.loadAddr(false, reg1)}
 }

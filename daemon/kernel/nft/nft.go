@@ -450,7 +450,12 @@ func (b *batch) partial(prev *plan.Table) error {
 		if s.Dynamic || old == s {
 			continue
 		}
-		del, add := diffElems(old.Elems, s.Elems)
+		var del, add []plan.Elem
+		if ch, ok := want.Delta.ElemsFrom(prev, name); ok {
+			del, add = ch.Del, ch.Add
+		} else {
+			del, add = diffElems(old.Elems, s.Elems)
+		}
 		if len(del) > 0 {
 			if err := deleteElements(b.conn, ns, elemsOf(s, del)); err != nil {
 				return fmt.Errorf("set %s: %w", name, err)
