@@ -52,8 +52,13 @@ func NFT(snap *model.Snapshot, f model.Family, cfg Config) *Table {
 			t.servicePort(&p, cfg)
 		}
 	}
+	t.planned()
 	return t
 }
+
+// planned drops what only planning needed: who holds each element, a map as large as all
+// the sets together.
+func (t *Table) planned() { t.owners = nil }
 
 func (t *Table) chain(name string, hook *Hook, rules ...Rule) *Chain {
 	c := &Chain{Name: name, Hook: hook, Rules: rules}

@@ -126,6 +126,7 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 	for name := range sharedSets {
 		p.updateShared(name, t, last, dropped, fresh)
 	}
+	t.planned()
 	p.frags, p.last = next, t
 	return t
 }
@@ -214,6 +215,7 @@ func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
 			}
 		}
 	}
+	t.planned()
 	p.frags, p.last, p.cfg, p.refs = next, t, cfg, refs
 	return t
 }
