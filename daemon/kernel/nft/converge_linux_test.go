@@ -19,7 +19,11 @@ import (
 // randomState is one desired state: a few services, each with a random subset of
 // endpoints, policies and affinity, so consecutive states add, change and remove chains,
 // maps elements, counters and affinity sets.
-func randomState(r *rand.Rand) *model.Snapshot {
+func randomState(r *rand.Rand) *model.Snapshot { return mt.Snapshot(randomObjects(r, false)...) }
+
+// randomObjects are randomState's objects; with shared, every service picks its endpoints
+// from one pool, so services share hairpin elements.
+func randomObjects(r *rand.Rand, shared bool) []any {
 	var objs []any
 	for i := 0; i < 6; i++ {
 		if r.Intn(4) == 0 {
@@ -46,12 +50,16 @@ func randomState(r *rand.Rand) *model.Snapshot {
 		var eps []discovery.Endpoint
 		for e := 0; e < 4; e++ {
 			if r.Intn(2) == 0 {
-				eps = append(eps, mt.EP(fmt.Sprintf("10.200.%d.%d", i, 10+e)))
+				addr := fmt.Sprintf("10.200.%d.%d", i, 10+e)
+				if shared { // overlapping windows of one pool: services share some
+					addr = fmt.Sprintf("10.200.0.%d", 10+(2*i+e)%12)
+				}
+				eps = append(eps, mt.EP(addr))
 			}
 		}
 		objs = append(objs, mt.Slice("ns", name+"-1", name, "p", proto, 8080, eps...))
 	}
-	return mt.Snapshot(objs...)
+	return objs
 }
 
 // normalized lists a table with nft and puts it in a canonical order: nft lists objects
@@ -126,6 +134,52 @@ func TestPartialSyncsConverge(t *testing.T) {
 	})
 	if incremental != fresh {
 		t.Errorf("incremental syncs ended elsewhere than a full sync:\nincremental: %s\nfull:        %s", incremental, fresh)
+	}
+}
+
+// TestPlannerPartialSyncsConverge is TestPartialSyncsConverge as the daemon syncs: a
+// tracker and NFTPlanner, whose deltas list the hairpin elements they change, over
+// services that share their endpoints (and so the elements).
+func TestPlannerPartialSyncsConverge(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	cfg := plan.Config{NodeName: "gw"}
+	tr := model.NewTracker()
+	p := &plan.NFTPlanner{Family: model.IPv4}
+	var last *model.Snapshot
+	var incremental, fresh string
+	inNetns(t, func(ns string) {
+		k := New()
+		for i := 0; i < 25; i++ {
+			for n := 0; n < 6; n++ {
+				tr.DeleteService("ns", fmt.Sprintf("svc%d", n))
+				tr.DeleteSlice("ns", fmt.Sprintf("svc%d-1", n))
+			}
+			for _, o := range randomObjects(r, true) {
+				switch o := o.(type) {
+				case *v1.Service:
+					tr.UpsertService(o)
+				case *discovery.EndpointSlice:
+					tr.UpsertSlice(o)
+				}
+			}
+			last, _ = tr.Snapshot()
+			if _, err := k.Apply([]*plan.Table{p.Plan(last, cfg)}, i == 0); err != nil {
+				t.Fatalf("state %d: %v", i, err)
+			}
+		}
+		incremental = normalized(t, ns)
+	})
+	inNetns(t, func(ns string) {
+		if _, err := New().Apply([]*plan.Table{plan.NFT(last, model.IPv4, cfg)}, true); err != nil {
+			t.Fatal(err)
+		}
+		fresh = normalized(t, ns)
+	})
+	if incremental != fresh {
+		t.Errorf("incremental syncs ended elsewhere than a full sync:\nincremental: %s\nfull:        %s", incremental, fresh)
+	}
+	if !strings.Contains(fresh, "hairpin-endpoints") || !strings.Contains(fresh, "10.200.0.1") {
+		t.Errorf("the states share no hairpin elements:\n%s", fresh)
 	}
 }
 
