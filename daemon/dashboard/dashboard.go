@@ -338,11 +338,24 @@ func addrs(as []netip.Addr) []string {
 	return out
 }
 
+// samplerShare bounds the samplers' CPU: they wait at least this many times as long as a
+// sample took. Reading 110,000 named counters (10,000 Services x 10 endpoints) takes the
+// kernel seconds, as its object dump restarts from the first object for every message
+// buffer; sampling that every second would keep a core busy for a page nobody may watch.
+const samplerShare = 10
+
+// sampleWait is the time to wait after a sample that took took.
+func sampleWait(interval, took time.Duration) time.Duration {
+	return max(interval, samplerShare*took)
+}
+
 // Run samples counters, the cluster link and the network until ctx ends, and pushes what
 // changed. The data plane's counters live in the kernel, which tells no one when they move.
+// Samples are spaced by Interval, or further apart when they are slow (sampleWait).
 func (d *Dashboard) Run(ctx context.Context) {
-	t := time.NewTicker(d.opts.Interval)
+	t := time.NewTimer(d.opts.Interval)
 	defer t.Stop()
+	stretched := false
 	failed := map[string]bool{}
 	report := func(what string, err error) {
 		if err != nil && !failed[what] {
@@ -351,6 +364,7 @@ func (d *Dashboard) Run(ctx context.Context) {
 		failed[what] = err != nil
 	}
 	for {
+		began := time.Now()
 		d.mu.Lock()
 		snap, cluster, lb := d.snap, d.cluster, d.lb
 		d.mu.Unlock()
@@ -378,6 +392,17 @@ func (d *Dashboard) Run(ctx context.Context) {
 				_ = d.hub.Set(KeyNetwork, n)
 			}
 		}
+		took := time.Since(began)
+		wait := sampleWait(d.opts.Interval, took)
+		if long := wait > d.opts.Interval; long != stretched {
+			stretched = long
+			if long {
+				d.opts.Log.Info("dashboard samples less often: reading the counters is slow", "took", took, "every", wait)
+			} else {
+				d.opts.Log.Info("dashboard samples at its interval again", "every", wait)
+			}
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
