@@ -40,7 +40,7 @@ func runGuest(ctx context.Context, o Options, edgegateBin string) ([]Result, err
 	}
 	timeout := o.GuestTimeout
 	if timeout == 0 {
-		timeout = 10 * time.Minute
+		timeout = 20 * time.Minute
 	}
 	b, err := board.Load(guestBoard)
 	if err != nil {

@@ -34,7 +34,7 @@ func run() error {
 	sizes := flag.String("sizes", "1000,10000,30000", "Service counts, comma-separated")
 	modes := flag.String("modes", "nftables,iptables,ipvs", "modes, comma-separated (ipvs runs in a QEMU guest, with nftables there too)")
 	conns := flag.Int("conns", 2000, "connections per series on the host")
-	guestSizes := flag.String("guest-sizes", "", "Service counts in the guest (default: those of -sizes up to 10000)")
+	guestSizes := flag.String("guest-sizes", "", "Service counts in the guest (default: those of -sizes)")
 	guestConns := flag.Int("guest-conns", 500, "connections per series in the guest")
 	dir := flag.String("dir", "", "scratch directory, kept (default a temporary one, removed)")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
