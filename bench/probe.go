@@ -52,10 +52,10 @@ type layout struct {
 	// or goes to its chain, or looks the choice up in a map one of whose values is its chain
 	// (a verdict) or its address . port (kube-proxy's nftables mode DNATs straight from such
 	// a map when no endpoint needs a chain of its own), or the rule DNATs to its address and
-	// port itself (edgegate's nftables mode for services without affinity). Both programs change a service's
-	// dispatch in the transaction that adds or removes the endpoint; the endpoint's own chain
-	// may outlive it (kube-proxy's iptables mode deletes stale chains only every 30 s in
-	// clusters of over 1000 endpoints), so it is not what is probed.
+	// port itself (edgegate's nftables mode for services without affinity). Both programs
+	// change a service's dispatch in the transaction that adds or removes the endpoint; the
+	// endpoint's own chain may outlive it (kube-proxy's iptables mode deletes stale chains
+	// only every 30 s in clusters of over 1000 endpoints), so it is not what is probed.
 	PortChain, EndpointChain func(ep endpointRef) string
 }
 

@@ -32,17 +32,17 @@ type Config struct {
 	Zone               string   `json:"zone"`
 	HealthzBindAddress string   `json:"healthzBindAddress"`
 	MetricsBindAddress string   `json:"metricsBindAddress"`
+	NodePortAddresses  []string `json:"nodePortAddresses"`
+	ClusterCIDRs       []string `json:"clusterCIDR"`
+	MasqueradeAll      bool     `json:"masqueradeAll"`
+	MasqueradeBit      int      `json:"masqueradeBit"`
+	Manifests          string   `json:"manifests"`
+	SyncPeriod         Duration `json:"syncPeriod"`
+	MinSyncPeriod      Duration `json:"minSyncPeriod"`
+	FullSyncPeriod     Duration `json:"fullSyncPeriod"`
+	LogLevel           string   `json:"logLevel"`
 	// EnableProfiling serves Go's /debug/pprof on the metrics address, as kube-proxy's does.
-	EnableProfiling   bool     `json:"enableProfiling"`
-	NodePortAddresses []string `json:"nodePortAddresses"`
-	ClusterCIDRs      []string `json:"clusterCIDR"`
-	MasqueradeAll     bool     `json:"masqueradeAll"`
-	MasqueradeBit     int      `json:"masqueradeBit"`
-	Manifests         string   `json:"manifests"`
-	SyncPeriod        Duration `json:"syncPeriod"`
-	MinSyncPeriod     Duration `json:"minSyncPeriod"`
-	FullSyncPeriod    Duration `json:"fullSyncPeriod"`
-	LogLevel          string   `json:"logLevel"`
+	EnableProfiling bool `json:"enableProfiling"`
 	// IPVS is the ipvs mode's part, kube-proxy's KubeProxyConfiguration.ipvs.
 	IPVS IPVSConfiguration `json:"ipvs"`
 	// Conntrack sizes the connection tracking table and sets its timeouts, kube-proxy's

@@ -22,11 +22,15 @@ func TestProfilingIsOptIn(t *testing.T) {
 	}
 	m := metrics.New()
 	for _, profiling := range []bool{false, true} {
+		pprofWant := http.StatusNotFound
+		if profiling {
+			pprofWant = http.StatusOK
+		}
 		srv := httptest.NewServer(metricsMux(m, profiling))
 		for path, want := range map[string]int{
 			"/metrics":                  http.StatusOK,
-			"/debug/pprof/heap?debug=1": map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling],
-			"/debug/pprof/":             map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling],
+			"/debug/pprof/heap?debug=1": pprofWant,
+			"/debug/pprof/":             pprofWant,
 		} {
 			resp, err := http.Get(srv.URL + path)
 			if err != nil {

@@ -328,9 +328,11 @@ func (t *Table) dispatch(name string, p *PortPolicy, eps []model.Endpoint, inter
 			}
 		}
 	}
-	if sp.AffinityTimeout > 0 {
-		for _, e := range eps {
-			c.Rules = append(c.Rules, Rule{MatchAddrSet{Source: true, Set: AffinitySet(sp.Name, e)}, gotoC(EndpointChain(sp.Name, e))})
+	chains := make([]string, len(eps))
+	for i, e := range eps {
+		chains[i] = EndpointChain(sp.Name, e)
+		if sp.AffinityTimeout > 0 {
+			c.Rules = append(c.Rules, Rule{MatchAddrSet{Source: true, Set: AffinitySet(sp.Name, e)}, gotoC(chains[i])})
 		}
 	}
 	// The endpoint choice is one rule per endpoint, each taking 1/n of what the rules
@@ -346,10 +348,10 @@ func (t *Table) dispatch(name string, p *PortPolicy, eps []model.Endpoint, inter
 			pick = Rule{Pick{Mod: left}}
 		}
 		if sp.AffinityTimeout > 0 {
-			c.Rules = append(c.Rules, append(pick, gotoC(EndpointChain(sp.Name, e))))
-			continue
+			c.Rules = append(c.Rules, append(pick, gotoC(chains[i])))
+		} else {
+			c.Rules = append(c.Rules, append(pick, Counter{chains[i]}, dnatTo(sp, e)))
 		}
-		c.Rules = append(c.Rules, append(pick, Counter{EndpointChain(sp.Name, e)}, dnatTo(sp, e)))
 	}
 }
 

@@ -109,12 +109,15 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 		}
 	}
 	// The shared maps are filled again from every service port's calls, in order, so that
-	// conflicts settle as in a plan from scratch: a few calls per service port.
+	// conflicts settle as in a plan from scratch: a few calls per service port. The shared
+	// sets (sharedSets) have no conflicts and are carried over by updateShared instead.
 	shared := newTable(p.Family)
 	shared.base(cfg)
 	for name, s := range shared.Sets {
-		t.Sets[name] = s
-		d.Sets[name] = true
+		if !sharedSets[name] {
+			t.Sets[name] = s
+			d.Sets[name] = true
+		}
 	}
 	for _, sp := range snap.Sorted() {
 		for _, e := range next[sp.Name].elems {
@@ -124,19 +127,20 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 		}
 	}
 	for name := range sharedSets {
-		p.updateShared(name, t, last, dropped, fresh)
+		p.updateShared(name, t, dropped, fresh)
 	}
 	t.planned()
 	p.frags, p.last = next, t
 	return t
 }
 
-// updateShared carries a shared set over from last to t, with the elements the dropped
-// fragments were the last to hold removed and those the fresh ones brought added, and
-// records them in t's Delta. An unchanged set stays the very same value.
-func (p *NFTPlanner) updateShared(name string, t, last *Table, dropped, fresh []*fragment) {
+// updateShared carries a shared set over from last to t, less the elements the dropped
+// fragments were the last to hold and plus those the fresh ones brought first, and lists
+// both in t's Delta. An unchanged set stays the very same value (t.Chains and t.Sets start
+// as copies of last's).
+func (p *NFTPlanner) updateShared(name string, t *Table, dropped, fresh []*fragment) {
 	refs := p.refs[name]
-	gone, added := map[Key]bool{}, map[Key]bool{}
+	gone := map[Key]bool{}
 	for _, f := range dropped {
 		for _, e := range f.elems {
 			if e.set == name {
@@ -147,6 +151,7 @@ func (p *NFTPlanner) updateShared(name string, t, last *Table, dropped, fresh []
 			}
 		}
 	}
+	var ch ElemChanges
 	for _, f := range fresh {
 		for _, e := range f.elems {
 			if e.set == name {
@@ -154,21 +159,18 @@ func (p *NFTPlanner) updateShared(name string, t, last *Table, dropped, fresh []
 					if gone[e.key] {
 						delete(gone, e.key) // dropped and brought back: unchanged
 					} else {
-						added[e.key] = true
+						ch.Add = append(ch.Add, Elem{Key: e.key, Verdict: e.v})
 					}
 				}
 			}
 		}
 	}
-	old := last.Sets[name]
-	if len(gone) == 0 && len(added) == 0 {
-		t.Sets[name] = old
-		delete(t.Delta.Sets, name)
+	if len(gone) == 0 && len(ch.Add) == 0 {
 		return
 	}
+	old := t.Sets[name]
 	s := *old
-	s.Elems = make([]Elem, 0, len(old.Elems)+len(added))
-	var ch ElemChanges
+	s.Elems = make([]Elem, 0, len(old.Elems)+len(ch.Add))
 	for _, e := range old.Elems {
 		if gone[e.Key] {
 			ch.Del = append(ch.Del, e)
@@ -176,17 +178,9 @@ func (p *NFTPlanner) updateShared(name string, t, last *Table, dropped, fresh []
 			s.Elems = append(s.Elems, e)
 		}
 	}
-	for _, f := range fresh {
-		for _, e := range f.elems {
-			if e.set == name && added[e.key] {
-				delete(added, e.key)
-				el := Elem{Key: e.key, Verdict: e.v}
-				s.Elems = append(s.Elems, el)
-				ch.Add = append(ch.Add, el)
-			}
-		}
-	}
+	s.Elems = append(s.Elems, ch.Add...)
 	t.Sets[name] = &s
+	t.Delta.Sets[name] = true
 	if t.Delta.Elems == nil {
 		t.Delta.Elems = map[string]ElemChanges{}
 	}
