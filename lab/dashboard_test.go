@@ -99,7 +99,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	addr := NodeIPv4.String() + ":80"
 	d := l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)),
 		"--dashboard-bind-address", addr, "--dashboard-token-file", tokenFile,
-		// Full syncs keep the nftables counters; none is needed here.
+		// A full sync restarts the rule counters (the dashboard carries the counts
+		// over); none is needed here.
 		"--full-sync-period", "5m")...)
 	base := "http://" + addr + "/"
 

@@ -53,7 +53,7 @@ func (d *Dashboard) Start(ctx context.Context, addr string) {
 	wg.Wait()
 }
 
-// TrafficFor returns the traffic source of a proxy mode: the nftables mode's named counters,
+// TrafficFor returns the traffic source of a proxy mode: the nftables mode's rule counters,
 // the IPVS table's stats (ipvsStats), nil for iptables mode, which has none yet.
 func TrafficFor(mode string, families []model.Family, counters NFTCounters, ipvsStats TrafficSource) TrafficSource {
 	switch {

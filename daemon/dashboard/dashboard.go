@@ -56,7 +56,7 @@ type Options struct {
 }
 
 // TrafficSource reads the data plane's counters for the services of a snapshot. Each proxy
-// mode has its own: nftables named counters, iptables rule counters, IPVS stats.
+// mode has its own: nftables rule counters, iptables rule counters, IPVS stats.
 type TrafficSource interface {
 	Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error)
 }
@@ -339,9 +339,9 @@ func addrs(as []netip.Addr) []string {
 }
 
 // samplerShare bounds the samplers' CPU: they wait at least this many times as long as a
-// sample took. Reading 110,000 named counters (10,000 Services x 10 endpoints) takes the
-// kernel seconds, as its object dump restarts from the first object for every message
-// buffer; sampling that every second would keep a core busy for a page nobody may watch.
+// sample took. Reading 110,000 rule counters (10,000 Services x 10 endpoints) takes 0.6 s
+// of netlink dumps, one per chain; sampling that every second would keep most of a core
+// busy for a page nobody may watch.
 const samplerShare = 10
 
 // sampleWait is the time to wait after a sample that took took.
@@ -411,17 +411,18 @@ func (d *Dashboard) Run(ctx context.Context) {
 	}
 }
 
-// NFTCounters reads the named counters of the nftables mode's table of a family.
+// NFTCounters reads the counters of the nftables mode's table of a family, each under the
+// comment of the rule that holds it.
 type NFTCounters interface {
 	Counters(f model.Family, table string) (map[string]BackendTraffic, error)
 }
 
-// NFTTraffic is the nftables mode's TrafficSource: the plan gives every service port and
-// every endpoint a named counter (see plan.EndpointChain). Full syncs rewrite the table in
-// place and keep them, but a table recreated (a set that changed type, --cleanup, an
-// operator's nft delete) restarts them from zero; NFTTraffic carries the counts across, so
-// the numbers it reports never go back (what a restart loses between two samples stays
-// lost).
+// NFTTraffic is the nftables mode's TrafficSource: the plan gives the first rule of every
+// service chain and the DNAT rule of every endpoint a counter, labelled by the rule's
+// comment (see plan.Counter, plan.EndpointChain). A rule's counter restarts from zero
+// whenever its chain is written again (a full sync, a change of that service's endpoints);
+// NFTTraffic carries the counts across, so the numbers it reports never go back (what a
+// restart loses between two samples stays lost).
 type NFTTraffic struct {
 	Counters NFTCounters
 	Families []model.Family

@@ -23,7 +23,7 @@ func TestSampleWait(t *testing.T) {
 	}
 }
 
-// slowTraffic takes a while to read, as a kernel with 110,000 named counters does.
+// slowTraffic takes a while to read, as a kernel with 110,000 rule counters does.
 type slowTraffic struct {
 	reads atomic.Int32
 	took  time.Duration

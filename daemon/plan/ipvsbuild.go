@@ -23,7 +23,7 @@ func IPVS(snap *model.Snapshot, f model.Family, cfg IPVSConfig) *IPVSPlan {
 	p := &IPVSPlan{
 		Family:        f,
 		NodePortAddrs: nodePortAddrs(cfg, f),
-		Aux:           &Table{Family: f, Name: IPVSTableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}, Counters: map[string]struct{}{}},
+		Aux:           &Table{Family: f, Name: IPVSTableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}},
 	}
 	b := &ipvsBuilder{plan: p, cfg: cfg, t: p.Aux, owners: map[VSKey]model.ServicePortName{},
 		nodePorts: map[nodePortKey]model.ServicePortName{}, vips: map[netip.Addr]bool{}, hairpin: map[netip.Addr]bool{},

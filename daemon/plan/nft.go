@@ -14,11 +14,10 @@ import (
 // backend turns into netlink expressions, the packet-flow tests interpret, and Dump prints in
 // nft's own syntax.
 type Table struct {
-	Family   model.Family
-	Name     string
-	Chains   map[string]*Chain
-	Sets     map[string]*Set
-	Counters map[string]struct{}
+	Family model.Family
+	Name   string
+	Chains map[string]*Chain
+	Sets   map[string]*Set
 	// Conflicts lists keys that two service ports claimed; the first kept it.
 	Conflicts []string
 
@@ -31,11 +30,11 @@ type Table struct {
 	record *[]elemCall
 }
 
-// Delta names the chains, sets and counters a table may hold differently from From: added,
-// removed or changed.
+// Delta names the chains and sets a table may hold differently from From: added, removed
+// or changed.
 type Delta struct {
-	From                   *Table
-	Chains, Sets, Counters map[string]bool
+	From         *Table
+	Chains, Sets map[string]bool
 	// Elems, for some of the changed sets, lists exactly the elements added and removed,
 	// so that a set of 100,000 elements is not compared whole for one change.
 	Elems map[string]ElemChanges
@@ -191,7 +190,11 @@ type (
 	// SetMark ORs the masquerade bit into the packet mark; ClearMark XORs it back out.
 	SetMark   struct{ Bit uint32 }
 	ClearMark struct{ Bit uint32 }
-	// Counter counts into a named counter object.
+	// Counter counts the packets that reach it (in NAT chains: a connection's first).
+	// Name labels it: the rule carries it as its comment, which is how the dashboard
+	// finds the count. An anonymous counter, not a named object: 100,000 named counters
+	// cost the kernel a lookup each when rules are added, a check each whenever any rule
+	// is (objref validation), and a dump of them takes seconds.
 	Counter struct{ Name string }
 	// UpdateSource adds or refreshes the source address in a dynamic set (affinity).
 	UpdateSource struct{ Set string }
@@ -276,7 +279,7 @@ func (s SetMark) nft(model.Family) string {
 func (s ClearMark) nft(model.Family) string {
 	return fmt.Sprintf("meta mark set meta mark ^ 0x%08x", s.Bit)
 }
-func (c Counter) nft(model.Family) string { return fmt.Sprintf("counter name %q", c.Name) }
+func (Counter) nft(model.Family) string { return "counter" }
 func (u UpdateSource) nft(f model.Family) string {
 	return fmt.Sprintf("update @%s { %s saddr }", u.Set, addrKeyword(f))
 }
@@ -362,8 +365,25 @@ func (r Rule) String(f model.Family) string {
 	for i, s := range r {
 		parts[i] = s.nft(f)
 	}
+	if c, ok := r.Comment(); ok {
+		parts = append(parts, fmt.Sprintf("comment %q", c))
+	}
 	return strings.Join(parts, " ")
 }
+
+// Comment is the rule's comment: the name of its counter, if it has one.
+func (r Rule) Comment() (string, bool) {
+	for _, s := range r {
+		if c, ok := s.(Counter); ok {
+			return c.Name, true
+		}
+	}
+	return "", false
+}
+
+// MaxComment is the longest comment the kernel keeps with a rule: nft(8)'s user data is
+// type, length (one byte) and the string with its NUL.
+const MaxComment = 254
 
 // Dump renders the table in nft's list syntax, sorted, one element or rule per line, so
 // golden files and diffs stay readable.
@@ -390,9 +410,6 @@ func (t *Table) Dump() string {
 			}
 		}
 		b.WriteString("\t}\n")
-	}
-	for _, name := range sortedKeys(t.Counters) {
-		fmt.Fprintf(&b, "\tcounter %s\n", name)
 	}
 	for _, name := range t.ChainNames() {
 		c := t.Chains[name]
@@ -462,8 +479,8 @@ func (t *Table) Validate() error {
 						return err
 					}
 				case Counter:
-					if _, ok := t.Counters[s.Name]; !ok {
-						return fmt.Errorf("%s: missing counter %q", where, s.Name)
+					if len(s.Name) > MaxComment {
+						return fmt.Errorf("%s: counter name %q longer than a rule's comment can be (%d bytes)", where, s.Name, MaxComment)
 					}
 				}
 			}

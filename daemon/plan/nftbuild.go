@@ -315,9 +315,7 @@ func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 // honour affinity, then pick an endpoint at random.
 func (t *Table) dispatch(name string, p *PortPolicy, eps []model.Endpoint, internal bool, cfg Config) {
 	sp := p.SP
-	counter := "service-" + ChainBase(sp.Name)
-	t.Counters[counter] = struct{}{}
-	c := t.chain(name, nil, Rule{Counter{counter}})
+	c := t.chain(name, nil, Rule{Counter{"service-" + ChainBase(sp.Name)}})
 	if internal && p.MasqueradeCluster {
 		dst := MatchAddr{Prefix: netip.PrefixFrom(p.ClusterIP, p.ClusterIP.BitLen())}
 		if cfg.MasqueradeAll {
@@ -359,18 +357,16 @@ func dnatTo(sp *model.ServicePort, e model.Endpoint) DNAT {
 	return DNAT{Proto: sp.Name.Protocol.Number(), To: netip.AddrPortFrom(e.Addr, e.Port)}
 }
 
-// endpoint adds the counter and the hairpin element of one endpoint, and with ClientIP
+// endpoint adds the hairpin element of one endpoint, and with ClientIP
 // affinity its chain and affinity set: the service chain looks the client up in every
 // endpoint's set first, and the chosen endpoint's chain records the client.
 func (t *Table) endpoint(p *PortPolicy, e model.Endpoint) {
 	sp := p.SP
-	name := EndpointChain(sp.Name, e)
-	t.Counters[name] = struct{}{}
 	t.elem(SetHairpin, Key{Addr: e.Addr}, Verdict{}, sp.Name)
 	if sp.AffinityTimeout <= 0 {
 		return
 	}
-	set := AffinitySet(sp.Name, e)
+	name, set := EndpointChain(sp.Name, e), AffinitySet(sp.Name, e)
 	t.Sets[set] = &Set{Name: set, Key: KeyAddr, Dynamic: true, Timeout: sp.AffinityTimeout}
 	t.chain(name, nil, Rule{Counter{name}}, Rule{UpdateSource{Set: set}}, Rule{dnatTo(sp, e)})
 }

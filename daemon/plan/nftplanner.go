@@ -28,10 +28,9 @@ type NFTPlanner struct {
 
 // fragment is what one service port adds to the table.
 type fragment struct {
-	sp       *model.ServicePort
-	chains   []*Chain
-	sets     []*Set
-	counters []string
+	sp     *model.ServicePort
+	chains []*Chain
+	sets   []*Set
 	// elems are its calls of Table.elem, in order: replayed into the whole table, they
 	// settle conflicts between service ports exactly as a plan from scratch does.
 	elems []elemCall
@@ -55,8 +54,8 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 	// planned since the start alive.
 	last.Delta = nil
 	t := &Table{Family: p.Family, Name: TableName,
-		Chains: maps.Clone(last.Chains), Sets: maps.Clone(last.Sets), Counters: maps.Clone(last.Counters)}
-	d := &Delta{From: last, Chains: map[string]bool{}, Sets: map[string]bool{}, Counters: map[string]bool{}}
+		Chains: maps.Clone(last.Chains), Sets: maps.Clone(last.Sets)}
+	d := &Delta{From: last, Chains: map[string]bool{}, Sets: map[string]bool{}}
 	t.Delta = d
 	var dropped []*fragment
 	drop := func(f *fragment) {
@@ -68,10 +67,6 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 		for _, s := range f.sets {
 			delete(t.Sets, s.Name)
 			d.Sets[s.Name] = true
-		}
-		for _, c := range f.counters {
-			delete(t.Counters, c)
-			d.Counters[c] = true
 		}
 	}
 	next := make(map[model.ServicePortName]*fragment, len(snap.Ports))
@@ -102,10 +97,6 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 		for _, s := range f.sets {
 			t.Sets[s.Name] = s
 			d.Sets[s.Name] = true
-		}
-		for _, c := range f.counters {
-			t.Counters[c] = struct{}{}
-			d.Counters[c] = true
 		}
 	}
 	// The shared maps are filled again from every service port's calls, in order, so that
@@ -215,7 +206,7 @@ func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
 }
 
 func newTable(f model.Family) *Table {
-	return &Table{Family: f, Name: TableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}, Counters: map[string]struct{}{}}
+	return &Table{Family: f, Name: TableName, Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
 }
 
 // planFragment plans one service port into a table of its own that records its shared
@@ -235,7 +226,6 @@ func planFragment(sp *model.ServicePort, f model.Family, cfg Config) *fragment {
 	for _, name := range sortedKeys(t.Sets) {
 		fr.sets = append(fr.sets, t.Sets[name])
 	}
-	fr.counters = sortedKeys(t.Counters)
 	return fr
 }
 
@@ -246,9 +236,6 @@ func (t *Table) add(f *fragment) {
 	}
 	for _, s := range f.sets {
 		t.Sets[s.Name] = s
-	}
-	for _, c := range f.counters {
-		t.Counters[c] = struct{}{}
 	}
 	for _, e := range f.elems {
 		t.elem(e.set, e.key, e.v, e.owner)

@@ -116,7 +116,17 @@ type run struct {
 	choose  func(mod uint32) uint32
 	dynamic map[string]map[netip.Addr]bool
 	matched []string
+	counted []string // the counters passed, in order
 	depth   int
+}
+
+func lastEndpointCounter(counted []string) string {
+	for _, name := range slices.Backward(counted) {
+		if strings.HasPrefix(name, "endpoint-") {
+			return name
+		}
+	}
+	return ""
 }
 
 // endpointChoice is a chooser for one trace that takes a service's k-th endpoint: the
@@ -359,9 +369,10 @@ func (r *run) rule(c *Chain, rule Rule) (f ending, done bool) {
 		case ClearMark:
 			r.mark ^= s.Bit
 		case Counter:
-			if _, ok := r.tr.table.Counters[s.Name]; !ok {
-				r.tr.fail("tracer: %s: counter %q does not exist", c.Name, s.Name)
+			if s.Name == "" || len(s.Name) > MaxComment {
+				r.tr.fail("tracer: %s: counter named %q: no comment the dashboard can find", c.Name, s.Name)
 			}
+			r.counted = append(r.counted, s.Name)
 		case UpdateSource:
 			set := r.set(s.Set)
 			if !set.Dynamic || set.Key != KeyAddr {
@@ -415,6 +426,14 @@ func (r *run) rule(c *Chain, rule Rule) (f ending, done bool) {
 			}
 			if model.FamilyOf(s.To.Addr()) != fam {
 				r.tr.fail("tracer: %s: dnat to %s in a %v table", c.Name, s.To, fam)
+			}
+			// The dashboard counts an endpoint's connections by its counter's name: the
+			// last endpoint counter the packet passed must be this endpoint's.
+			// (Only plans name their chains so; the tracer's own tests have no counters.)
+			ep := lastEndpointCounter(r.counted)
+			planned := strings.HasPrefix(c.Name, "service-") || strings.HasPrefix(c.Name, "local-") || strings.HasPrefix(c.Name, "endpoint-")
+			if (ep != "" || planned) && !strings.HasSuffix(ep, fmt.Sprintf("__%s/%d", s.To.Addr(), s.To.Port())) {
+				r.tr.fail("tracer: %s: dnat to %s counted by %q, not by that endpoint's counter", c.Name, s.To, ep)
 			}
 			fired()
 			r.dnat = s.To

@@ -42,7 +42,7 @@ func traceFailure(tr *tracer, p packet) (msg string) {
 // tinyTable is a hand-made table: nat-prerouting jumps to a, which gotos b, which returns;
 // back in nat-prerouting the next rule DNATs.
 func tinyTable(extra ...Stmt) *Table {
-	t := &Table{Family: model.IPv4, Name: "t", Chains: map[string]*Chain{}, Sets: map[string]*Set{}, Counters: map[string]struct{}{}}
+	t := &Table{Family: model.IPv4, Name: "t", Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
 	t.chain("nat-prerouting", &Hook{"nat", "prerouting", prioDstNAT},
 		Rule{jump("a")},
 		Rule{DNAT{Proto: 6, To: netip.MustParseAddrPort("10.0.0.9:80")}})

@@ -1,11 +1,10 @@
 // Package kernelview reads what the dashboard shows from the running kernel: the nftables
-// mode's named counters, the IPVS table, interfaces with addresses, routes, and conntrack
+// mode's rule counters, the IPVS table, interfaces with addresses, routes, and conntrack
 // entries.
 package kernelview
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/google/nftables"
@@ -40,35 +39,6 @@ func netlinkFamily(f model.Family) int {
 		return unix.AF_INET6
 	}
 	return unix.AF_INET
-}
-
-// Counters reads every named counter of a table; a missing table has none.
-func (Kernel) Counters(f model.Family, table string) (map[string]dashboard.BackendTraffic, error) {
-	conn, err := nftables.New()
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
-	defer conn.CloseLasting()
-	tables, err := conn.ListTablesOfFamily(tableFamily(f))
-	if err != nil {
-		return nil, fmt.Errorf("nftables %s tables: %w", f, err)
-	}
-	out := map[string]dashboard.BackendTraffic{}
-	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return t.Name == table })
-	if i < 0 {
-		return out, nil
-	}
-	// GetObjects returns counters as CounterObj, which needs no expression types.
-	objs, err := conn.GetObjects(tables[i])
-	if err != nil {
-		return nil, fmt.Errorf("nftables %s table %s objects: %w", f, table, err)
-	}
-	for _, o := range objs {
-		if c, ok := o.(*nftables.CounterObj); ok {
-			out[c.Name] = dashboard.BackendTraffic{Packets: c.Packets, Bytes: c.Bytes}
-		}
-	}
-	return out, nil
 }
 
 // Network lists the interfaces with their addresses and the routes of every table.

@@ -2,8 +2,12 @@ package kernelview
 
 import (
 	"maps"
+	"net"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -28,21 +32,6 @@ func TestReadBackProgrammedTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := Kernel{}
-		got, err := k.Counters(model.IPv4, plan.TableName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := slices.Sorted(maps.Keys(table.Counters)); !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
-			t.Errorf("counters read back %v, want the plan's %v", slices.Sorted(maps.Keys(got)), want)
-		}
-		if none, err := k.Counters(model.IPv6, plan.TableName); err != nil || len(none) != 0 {
-			t.Errorf("a family without the table: %v %v, want no counters and no error", none, err)
-		}
-		tr, err := (&dashboard.NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)
-		if err != nil || len(tr["default/web:http"].Backends) != 3 {
-			t.Errorf("traffic %+v %v, want default/web:http with its 3 backends", tr, err)
-		}
-
 		n, err := k.Network()
 		if err != nil {
 			t.Fatal(err)
@@ -53,5 +42,45 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if lines, err := k.Conntrack(model.IPv4); err != nil || len(lines) != 0 {
 			t.Errorf("conntrack of a fresh namespace: %q %v, want no entries and no error", lines, err)
 		}
+		// One connection attempt to the ClusterIP: the nat output chain counts its first
+		// packet in the service's counter and in the counter of the endpoint it picked.
+		if out, err := exec.Command("sh", "-c", "ip link set lo up && ip route add 10.0.0.0/8 dev lo").CombinedOutput(); err != nil {
+			t.Fatalf("ip route: %v: %s", err, out)
+		}
+		if conn, err := net.DialTimeout("tcp", "10.96.0.10:80", 100*time.Millisecond); err == nil {
+			conn.Close()
+		}
+		got, err := k.Counters(model.IPv4, plan.TableName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, c := range table.Chains {
+			for _, r := range c.Rules {
+				if name, ok := r.Comment(); ok {
+					want = append(want, name)
+				}
+			}
+		}
+		if slices.Sort(want); !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
+			t.Errorf("counters read back %v, want the plan's %v", slices.Sorted(maps.Keys(got)), want)
+		}
+		svc, picked := got["service-"+plan.ChainBase(snap.Sorted()[0].Name)], 0
+		for name, c := range got {
+			if strings.HasPrefix(name, "endpoint-") && c.Packets > 0 {
+				picked++
+			}
+		}
+		if svc.Packets == 0 || svc.Bytes == 0 || picked != 1 {
+			t.Errorf("after one connection: service counter %+v, %d endpoint counters counted; want the service's and one endpoint's (%v)", svc, picked, got)
+		}
+		if none, err := k.Counters(model.IPv6, plan.TableName); err != nil || len(none) != 0 {
+			t.Errorf("a family without the table: %v %v, want no counters and no error", none, err)
+		}
+		tr, err := (&dashboard.NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)
+		if err != nil || len(tr["default/web:http"].Backends) != 3 {
+			t.Errorf("traffic %+v %v, want default/web:http with its 3 backends", tr, err)
+		}
+
 	})
 }

@@ -209,7 +209,7 @@ func (e *encoder) stmt(s plan.Stmt) ([]expr.Any, error) {
 	case plan.ClearMark:
 		return e.mark(0xffffffff, s.Bit), nil
 	case plan.Counter:
-		return []expr.Any{&expr.Objref{Type: int(nftables.ObjTypeCounter), Name: s.Name}}, nil
+		return []expr.Any{&expr.Counter{}}, nil
 	case plan.UpdateSource:
 		return []expr.Any{e.loadAddr(true, reg1),
 			&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, Operation: unix.NFT_DYNSET_OP_UPDATE}}, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
@@ -38,7 +39,7 @@ type Stats struct {
 	Recreated bool
 	Chains    int // chains written (added or rewritten)
 	Elements  int // map and set elements added or removed
-	Deleted   int // chains, sets and counters deleted
+	Deleted   int // chains, sets and named objects deleted
 }
 
 // Kernel is the netlink-backed Ruleset.
@@ -205,31 +206,32 @@ func (b *batch) addRules(c *plan.Chain, nc *nftables.Chain) error {
 		if err != nil {
 			return fmt.Errorf("chain %s rule %d: %w", c.Name, i, err)
 		}
-		b.conn.AddRule(&nftables.Rule{Table: b.table, Chain: nc, Exprs: exprs})
+		rule := &nftables.Rule{Table: b.table, Chain: nc, Exprs: exprs}
+		if c, ok := r.Comment(); ok {
+			rule.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
+		}
+		b.conn.AddRule(rule)
 	}
 	b.st.Chains++
 	return nil
 }
 
-// full rewrites the whole table in place: existing objects are reused (so affinity
-// entries and counters survive), every chain and map is flushed and refilled, and whatever
-// the kernel holds beyond the plan is deleted. The batch is atomic for packets only so: a
+// full rewrites the whole table in place: existing sets are reused (so affinity entries
+// survive), every chain and map is flushed and refilled (rule counters restart), and
+// whatever the kernel holds beyond the plan is deleted. The batch is atomic for packets only so: a
 // table deleted and created again in one batch is not, its base chains' hooks come and go
 // separately, and for a moment packets meet a half-made table. recreate (or a set that
 // changed type) does that nevertheless.
 //
-// prev is the table the last successful apply left, nil if none did in this process: its
-// counters are the kernel's. Reading them back instead takes the kernel time quadratic in
-// their number (a dump of 110,000 counters took 25 s), and nothing but edgegate adds them.
+// prev is the table the last successful apply left, nil if none did in this process.
+// The plan has no named objects, but earlier builds of edgegate gave every endpoint a
+// named counter: the first full apply of a process deletes any object it finds. Later ones
+// skip that dump, which costs the kernel time quadratic in their number (25 s for
+// 110,000).
 func (b *batch) full(recreate bool, prev *plan.Table) error {
 	have, err := b.kernelObjects(prev == nil)
 	if err != nil {
 		return err
-	}
-	if prev != nil && have.exists {
-		for name := range prev.Counters {
-			have.counters[name] = true
-		}
 	}
 	for name, old := range have.sets {
 		if s, ok := b.want.Sets[name]; ok && !sameSetType(old, setOf(b.table, s, b.want.Family)) {
@@ -253,9 +255,6 @@ func (b *batch) full(recreate bool, prev *plan.Table) error {
 	chains := map[string]*nftables.Chain{}
 	for _, name := range b.want.ChainNames() {
 		chains[name] = b.conn.AddChain(b.chainOf(b.want.Chains[name]))
-	}
-	for _, name := range sortedNames(b.want.Counters) {
-		b.conn.AddObj(&nftables.CounterObj{Table: b.table, Name: name})
 	}
 	for _, name := range sortedNames(b.want.Sets) {
 		s := b.want.Sets[name]
@@ -291,11 +290,9 @@ func (b *batch) full(recreate bool, prev *plan.Table) error {
 			b.st.Deleted++
 		}
 	}
-	for name := range have.counters {
-		if _, ok := b.want.Counters[name]; !ok {
-			b.conn.DeleteObject(&nftables.CounterObj{Table: b.table, Name: name})
-			b.st.Deleted++
-		}
+	for _, o := range have.objects {
+		b.conn.DeleteObject(&nftables.NamedObj{Table: b.table, Name: o.Name, Type: o.Type})
+		b.st.Deleted++
 	}
 	for name := range have.chains {
 		if _, ok := b.want.Chains[name]; !ok {
@@ -307,16 +304,16 @@ func (b *batch) full(recreate bool, prev *plan.Table) error {
 }
 
 type kernelObjects struct {
-	exists   bool
-	chains   map[string]bool
-	sets     map[string]*nftables.Set
-	counters map[string]bool
+	exists  bool
+	chains  map[string]bool
+	sets    map[string]*nftables.Set
+	objects []*nftables.NamedObj
 }
 
 // kernelObjects reads what the kernel holds in the table now (empty if it does not exist),
-// its counters only if asked.
-func (b *batch) kernelObjects(counters bool) (kernelObjects, error) {
-	ko := kernelObjects{chains: map[string]bool{}, sets: map[string]*nftables.Set{}, counters: map[string]bool{}}
+// its named objects only if asked.
+func (b *batch) kernelObjects(objects bool) (kernelObjects, error) {
+	ko := kernelObjects{chains: map[string]bool{}, sets: map[string]*nftables.Set{}}
 	tables, err := b.read.ListTablesOfFamily(b.table.Family)
 	if err != nil {
 		return ko, fmt.Errorf("list tables: %w", err)
@@ -347,7 +344,7 @@ func (b *batch) kernelObjects(counters bool) (kernelObjects, error) {
 			ko.sets[s.Name] = s
 		}
 	}
-	if !counters {
+	if !objects {
 		return ko, nil
 	}
 	objs, err := b.read.GetNamedObjects(b.table)
@@ -355,8 +352,8 @@ func (b *batch) kernelObjects(counters bool) (kernelObjects, error) {
 		return ko, fmt.Errorf("list objects: %w", err)
 	}
 	for _, o := range objs {
-		if c, ok := o.(*nftables.CounterObj); ok {
-			ko.counters[c.Name] = true
+		if n, ok := o.(*nftables.NamedObj); ok {
+			ko.objects = append(ko.objects, n)
 		}
 	}
 	return ko, nil
@@ -416,12 +413,6 @@ func (b *batch) partial(prev *plan.Table) error {
 	for _, name := range names.chains {
 		if _, had := prev.Chains[name]; had && (changed[name] || gone[name]) {
 			b.conn.FlushChain(&nftables.Chain{Name: name, Table: b.table})
-		}
-	}
-	for _, name := range names.counters {
-		_, ok := want.Counters[name]
-		if _, had := prev.Counters[name]; ok && !had {
-			b.conn.AddObj(&nftables.CounterObj{Table: b.table, Name: name})
 		}
 	}
 	for _, name := range sortedNames(recreate) {
@@ -493,14 +484,6 @@ func (b *batch) partial(prev *plan.Table) error {
 			}
 		}
 	}
-	for _, name := range names.counters {
-		if _, ok := want.Counters[name]; !ok {
-			if _, had := prev.Counters[name]; had {
-				b.conn.DeleteObject(&nftables.CounterObj{Table: b.table, Name: name})
-				b.st.Deleted++
-			}
-		}
-	}
 	for _, name := range names.chains {
 		if gone[name] {
 			b.conn.DelChain(&nftables.Chain{Name: name, Table: b.table})
@@ -512,7 +495,7 @@ func (b *batch) partial(prev *plan.Table) error {
 
 // objectNames are the names a partial apply looks at, each list sorted.
 type objectNames struct {
-	chains, sets, counters []string
+	chains, sets []string
 }
 
 // candidates are the objects that may differ between prev and want: what want's Delta
@@ -522,7 +505,7 @@ func candidates(prev, want *plan.Table) objectNames {
 	if d == nil || d.From != prev {
 		return allNames(prev, want)
 	}
-	return objectNames{chains: sortedNames(d.Chains), sets: sortedNames(d.Sets), counters: sortedNames(d.Counters)}
+	return objectNames{chains: sortedNames(d.Chains), sets: sortedNames(d.Sets)}
 }
 
 func allNames(prev, want *plan.Table) objectNames {
@@ -530,9 +513,8 @@ func allNames(prev, want *plan.Table) objectNames {
 		return slices.Compact(slices.Sorted(slices.Values(append(a, b...))))
 	}
 	return objectNames{
-		chains:   union(slices.Collect(maps.Keys(prev.Chains)), slices.Collect(maps.Keys(want.Chains))),
-		sets:     union(slices.Collect(maps.Keys(prev.Sets)), slices.Collect(maps.Keys(want.Sets))),
-		counters: union(slices.Collect(maps.Keys(prev.Counters)), slices.Collect(maps.Keys(want.Counters))),
+		chains: union(slices.Collect(maps.Keys(prev.Chains)), slices.Collect(maps.Keys(want.Chains))),
+		sets:   union(slices.Collect(maps.Keys(prev.Sets)), slices.Collect(maps.Keys(want.Sets))),
 	}
 }
 

@@ -1,0 +1,225 @@
+package kernelview
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/dashboard"
+	"github.com/edgegate/edgegate/daemon/model"
+)
+
+// Counters reads the counters of a table's rules, each under its rule's comment (the plan
+// labels every counter so, see plan.Counter); a missing table has none. It lists the
+// table's chains, then dumps each chain's rules: one dump of the whole table costs the
+// kernel time quadratic in its rules (it skips from the first rule again for every
+// message buffer; 4.8 s at 10,000 Services x 10 endpoints), a chain's dump only that
+// chain's. Messages are read through a fixed buffer and only comments and counters are
+// decoded.
+func (Kernel) Counters(f model.Family, table string) (map[string]dashboard.BackendTraffic, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, fmt.Errorf("netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("netlink bind: %w", err)
+	}
+	d := dumper{fd: fd, family: byte(tableFamily(f)), buf: make([]byte, 1<<16)}
+	var chains []string
+	err = d.dump(unix.NFT_MSG_GETCHAIN, nil, func(data []byte) error {
+		t, c, err := chainOf(data)
+		if t == table {
+			chains = append(chains, c)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nftables %s table %s: chains: %w", f, table, err)
+	}
+	out := map[string]dashboard.BackendTraffic{}
+	for _, chain := range chains {
+		attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{
+			{Type: unix.NFTA_RULE_TABLE, Data: append([]byte(table), 0)},
+			{Type: unix.NFTA_RULE_CHAIN, Data: append([]byte(chain), 0)},
+		})
+		err := d.dump(unix.NFT_MSG_GETRULE, attrs, func(data []byte) error {
+			comment, c, ok, err := ruleCounter(data)
+			if ok {
+				sum := out[comment]
+				out[comment] = dashboard.BackendTraffic{Packets: sum.Packets + c.Packets, Bytes: sum.Bytes + c.Bytes}
+			}
+			return err
+		})
+		if errors.Is(err, unix.ENOENT) {
+			continue // the chain went away since the list
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nftables %s table %s chain %s: rules: %w", f, table, chain, err)
+		}
+	}
+	return out, nil
+}
+
+// dumper runs nftables dump requests one after the other on one netlink socket (a socket
+// runs one dump at a time).
+type dumper struct {
+	fd     int
+	family byte
+	buf    []byte
+	seq    uint32
+}
+
+// dump sends one dump request of type msg with attributes attrs and hands each message's
+// payload (struct nfgenmsg and attributes) to fn as it arrives.
+func (d *dumper) dump(msg uint16, attrs []byte, fn func(data []byte) error) error {
+	d.seq++
+	n := unix.NLMSG_HDRLEN + 4 + len(attrs)
+	req := make([]byte, unix.NLMSG_HDRLEN, n)
+	binary.NativeEndian.PutUint32(req[0:], uint32(n))
+	binary.NativeEndian.PutUint16(req[4:], unix.NFNL_SUBSYS_NFTABLES<<8|msg)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	binary.NativeEndian.PutUint32(req[8:], d.seq)
+	req = append(append(req, d.family, unix.NFNETLINK_V0, 0, 0), attrs...)
+	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	for {
+		n, _, err := unix.Recvfrom(d.fd, d.buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(d.buf[:n])
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != d.seq {
+				continue // what is left of an earlier dump that failed
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) < 4 {
+					return errors.New("short error message")
+				}
+				if errno := -int32(binary.NativeEndian.Uint32(m.Data[:4])); errno != 0 {
+					return unix.Errno(errno)
+				}
+				continue
+			}
+			if err := fn(m.Data); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// chainOf decodes a chain message: its table and name.
+func chainOf(data []byte) (table, name string, err error) {
+	if len(data) < 4 {
+		return "", "", errors.New("short message")
+	}
+	ad, err := netlink.NewAttributeDecoder(data[4:])
+	if err != nil {
+		return "", "", err
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_CHAIN_TABLE:
+			table = ad.String()
+		case unix.NFTA_CHAIN_NAME:
+			name = ad.String()
+		}
+	}
+	return table, name, ad.Err()
+}
+
+// ruleCounter decodes one rule message (after its netlink header): its comment and the
+// values of its first counter expression; ok is false when it lacks either.
+func ruleCounter(data []byte) (comment string, c dashboard.BackendTraffic, ok bool, err error) {
+	if len(data) < 4 {
+		return "", c, false, errors.New("short message")
+	}
+	ad, err := netlink.NewAttributeDecoder(data[4:]) // after struct nfgenmsg
+	if err != nil {
+		return "", c, false, err
+	}
+	var hasComment, hasCounter bool
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_RULE_USERDATA:
+			comment, hasComment = userComment(ad.Bytes())
+		case unix.NFTA_RULE_EXPRESSIONS:
+			ad.Nested(func(list *netlink.AttributeDecoder) error {
+				for list.Next() && !hasCounter {
+					list.Nested(func(e *netlink.AttributeDecoder) error {
+						c, hasCounter = counterExpr(e)
+						return nil
+					})
+				}
+				return nil
+			})
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return "", c, false, err
+	}
+	return comment, c, hasComment && hasCounter, nil
+}
+
+// counterExpr decodes one expression if it is a counter.
+func counterExpr(e *netlink.AttributeDecoder) (c dashboard.BackendTraffic, ok bool) {
+	var name string
+	var data []byte
+	for e.Next() {
+		switch e.Type() {
+		case unix.NFTA_EXPR_NAME:
+			name = e.String()
+		case unix.NFTA_EXPR_DATA:
+			data = e.Bytes()
+		}
+	}
+	if name != "counter" || data == nil {
+		return c, false
+	}
+	d, err := netlink.NewAttributeDecoder(data)
+	if err != nil {
+		return c, false
+	}
+	d.ByteOrder = binary.BigEndian
+	for d.Next() {
+		switch d.Type() {
+		case unix.NFTA_COUNTER_PACKETS:
+			c.Packets = d.Uint64()
+		case unix.NFTA_COUNTER_BYTES:
+			c.Bytes = d.Uint64()
+		}
+	}
+	return c, d.Err() == nil
+}
+
+// userComment finds the comment in a rule's user data: type-length-value records as
+// nft(8) writes them, the comment (type 0) a NUL-terminated string.
+func userComment(udata []byte) (string, bool) {
+	for len(udata) >= 2 {
+		typ, n := udata[0], int(udata[1])
+		if len(udata) < 2+n {
+			return "", false
+		}
+		if typ == 0 {
+			return string(bytes.TrimRight(udata[2:2+n], "\x00")), true
+		}
+		udata = udata[2+n:]
+	}
+	return "", false
+}
