@@ -24,6 +24,27 @@ type NFTPlanner struct {
 	// refs counts, for each shared set (sharedSets), the service ports holding each
 	// element: those sets are kept up to date from the changed fragments alone.
 	refs map[string]map[Key]int
+	// claims counts every fragment's calls of Table.elem for the other sets, per key:
+	// while the keys a change touches are claimed by one owner with one verdict, the
+	// change's elements follow from the counts, and the other service ports' calls need
+	// not be replayed (at 10,000 Services, most of a one-endpoint change's planning).
+	claims map[string]map[Key]claim
+}
+
+// claim counts the calls of Table.elem for one key of one set: n in all, same of them
+// with owner and v (the first caller's). While n == same they all agree, and the plan
+// holds the element exactly when n > 0.
+type claim struct {
+	n, same int
+	owner   model.ServicePortName
+	v       Verdict
+}
+
+func (c claim) agreed() bool { return c.n == c.same }
+
+type setKey struct {
+	set string
+	key Key
 }
 
 // fragment is what one service port adds to the table.
@@ -99,24 +120,30 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 			d.Sets[s.Name] = true
 		}
 	}
-	// The shared maps are filled again from every service port's calls, in order, so that
-	// conflicts settle as in a plan from scratch: a few calls per service port. The shared
-	// sets (sharedSets) have no conflicts and are carried over by updateShared instead.
-	shared := newTable(p.Family)
-	shared.base(cfg)
-	for name, s := range shared.Sets {
-		if !sharedSets[name] {
-			t.Sets[name] = s
-			d.Sets[name] = true
-		}
-	}
-	for _, sp := range snap.Sorted() {
-		for _, e := range next[sp.Name].elems {
-			if !sharedSets[e.set] {
-				t.elem(e.set, e.key, e.v, e.owner)
+	touched := p.claim(dropped, fresh)
+	if len(last.Conflicts) > 0 || !p.agreed(touched) {
+		// A key claimed twice: the maps are filled again from every service port's calls,
+		// in order, so that conflicts settle as in a plan from scratch.
+		shared := newTable(p.Family)
+		shared.base(cfg)
+		for name, s := range shared.Sets {
+			if !sharedSets[name] {
+				t.Sets[name] = s
+				d.Sets[name] = true
 			}
 		}
+		for _, sp := range snap.Sorted() {
+			for _, e := range next[sp.Name].elems {
+				if !sharedSets[e.set] {
+					t.elem(e.set, e.key, e.v, e.owner)
+				}
+			}
+		}
+		p.claims = claimsOf(next) // the first callers may have gone: count afresh
+	} else {
+		p.updateClaimed(t, touched)
 	}
+	// The shared sets (sharedSets) have no conflicts.
 	for name := range sharedSets {
 		p.updateShared(name, t, dropped, fresh)
 	}
@@ -159,13 +186,127 @@ func (p *NFTPlanner) updateShared(name string, t *Table, dropped, fresh []*fragm
 	if len(gone) == 0 && len(ch.Add) == 0 {
 		return
 	}
+	for k := range gone {
+		ch.Del = append(ch.Del, Elem{Key: k})
+	}
+	t.replaceElems(name, ch)
+}
+
+// claim updates the claims with the calls of the dropped and the fresh fragments, and
+// returns the claims the keys they touched had before.
+func (p *NFTPlanner) claim(dropped, fresh []*fragment) map[setKey]claim {
+	touched := map[setKey]claim{}
+	touch := func(e elemCall) map[Key]claim {
+		m := p.claims[e.set]
+		if m == nil {
+			m = map[Key]claim{}
+			p.claims[e.set] = m
+		}
+		if _, ok := touched[setKey{e.set, e.key}]; !ok {
+			touched[setKey{e.set, e.key}] = m[e.key]
+		}
+		return m
+	}
+	// Drops first: a key that changes hands within one plan is then counted afresh.
+	for _, f := range dropped {
+		for _, e := range f.elems {
+			if sharedSets[e.set] {
+				continue
+			}
+			m := touch(e)
+			c := m[e.key]
+			c.n--
+			if c.owner == e.owner && c.v == e.v {
+				c.same--
+			}
+			if c.n == 0 {
+				delete(m, e.key)
+			} else {
+				m[e.key] = c
+			}
+		}
+	}
+	for _, f := range fresh {
+		for _, e := range f.elems {
+			if !sharedSets[e.set] {
+				m := touch(e)
+				m[e.key] = addClaim(m[e.key], e)
+			}
+		}
+	}
+	return touched
+}
+
+func addClaim(c claim, e elemCall) claim {
+	if c.n == 0 {
+		c = claim{owner: e.owner, v: e.v}
+	}
+	c.n++
+	if c.owner == e.owner && c.v == e.v {
+		c.same++
+	}
+	return c
+}
+
+// agreed reports whether every touched key is claimed by one owner with one verdict,
+// in its set and in the sets that share its key space (siblingMaps).
+func (p *NFTPlanner) agreed(touched map[setKey]claim) bool {
+	for k := range touched {
+		c, ok := p.claims[k.set][k.key]
+		if !ok {
+			continue
+		}
+		if !c.agreed() {
+			return false
+		}
+		for _, sib := range siblingMaps[k.set] {
+			if o, ok := p.claims[sib][k.key]; ok && (!o.agreed() || o.owner != c.owner) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// updateClaimed carries the claimed sets over from the last table to t with the touched
+// keys' elements changed as their claims say, and lists the changes in t's Delta.
+func (p *NFTPlanner) updateClaimed(t *Table, touched map[setKey]claim) {
+	changes := map[string]*ElemChanges{}
+	for k, before := range touched {
+		after := p.claims[k.set][k.key]
+		had, has := before.n > 0, after.n > 0
+		if had == has && (!had || before.v == after.v) {
+			continue
+		}
+		ch := changes[k.set]
+		if ch == nil {
+			ch = &ElemChanges{}
+			changes[k.set] = ch
+		}
+		if had {
+			ch.Del = append(ch.Del, Elem{Key: k.key, Verdict: before.v})
+		}
+		if has {
+			ch.Add = append(ch.Add, Elem{Key: k.key, Verdict: after.v})
+		}
+	}
+	for name, ch := range changes {
+		t.replaceElems(name, *ch)
+	}
+}
+
+// replaceElems gives t a copy of set name less ch.Del and plus ch.Add (t.Sets starts as
+// a copy of the last table's map: its sets are shared with it) and lists ch in t's Delta.
+func (t *Table) replaceElems(name string, ch ElemChanges) {
+	gone := make(map[Key]bool, len(ch.Del))
+	for _, e := range ch.Del {
+		gone[e.Key] = true
+	}
 	old := t.Sets[name]
 	s := *old
-	s.Elems = make([]Elem, 0, len(old.Elems)+len(ch.Add))
+	s.Elems = make([]Elem, 0, len(old.Elems)-len(ch.Del)+len(ch.Add))
 	for _, e := range old.Elems {
-		if gone[e.Key] {
-			ch.Del = append(ch.Del, e)
-		} else {
+		if !gone[e.Key] {
 			s.Elems = append(s.Elems, e)
 		}
 	}
@@ -176,6 +317,25 @@ func (p *NFTPlanner) updateShared(name string, t *Table, dropped, fresh []*fragm
 		t.Delta.Elems = map[string]ElemChanges{}
 	}
 	t.Delta.Elems[name] = ch
+}
+
+// claimsOf counts the calls of the fragments for the sets that are not shared.
+func claimsOf(frags map[model.ServicePortName]*fragment) map[string]map[Key]claim {
+	claims := map[string]map[Key]claim{}
+	for _, f := range frags {
+		for _, e := range f.elems {
+			if sharedSets[e.set] {
+				continue
+			}
+			m := claims[e.set]
+			if m == nil {
+				m = map[Key]claim{}
+				claims[e.set] = m
+			}
+			m[e.key] = addClaim(m[e.key], e)
+		}
+	}
+	return claims
 }
 
 // planAll plans every service port afresh.
@@ -201,7 +361,7 @@ func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
 		}
 	}
 	t.planned()
-	p.frags, p.last, p.cfg, p.refs = next, t, cfg, refs
+	p.frags, p.last, p.cfg, p.refs, p.claims = next, t, cfg, refs, claimsOf(next)
 	return t
 }
 

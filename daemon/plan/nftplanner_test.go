@@ -17,9 +17,9 @@ import (
 )
 
 // TestPlannerMatchesNFT: through a run of changes (endpoints moved, services added and
-// removed, two services claiming one IP and then not, the node's config changed) the
-// planner's table is the one NFT plans from scratch, and an unchanged service port keeps
-// its chains (the same pointers) from one plan to the next.
+// removed, two services claiming one IP and then not, also across sibling maps, the node's
+// config changed) the planner's table is the one NFT plans from scratch, and an unchanged
+// service port keeps its chains (the same pointers) from one plan to the next.
 func TestPlannerMatchesNFT(t *testing.T) {
 	tr := model.NewTracker()
 	for _, objs := range goldenFixtures() {
@@ -44,6 +44,12 @@ func TestPlannerMatchesNFT(t *testing.T) {
 		}, Config{NodeName: "gw"}},
 		{"the claimant goes", func() { tr.DeleteService("default", "aaa"); tr.DeleteSlice("default", "aaa-1") },
 			Config{NodeName: "gw"}},
+		// A claim in a sibling map only: aab has no endpoints, and its external IP's REJECT
+		// in no-endpoint-services takes web's cluster IP and port first.
+		{"a service without endpoints claims web's cluster IP as external IP", func() {
+			upsert(tr, mt.Service("default", "aab", "10.96.0.98", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0), mt.ExternalIPs("10.96.0.10")))
+		}, Config{NodeName: "gw"}},
+		{"that claimant goes", func() { tr.DeleteService("default", "aab") }, Config{NodeName: "gw"}},
 		{"a service goes", func() { tr.DeleteService("default", "empty") }, Config{NodeName: "gw"}},
 		// Hairpin elements are shared: one stays while any service port still uses it.
 		{"a second service selects dns's endpoints", func() {
