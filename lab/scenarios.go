@@ -119,16 +119,20 @@ func externalIPsServed() Scenario {
 	}
 }
 
-// hairpinEndpoint: an endpoint that reaches its own service and is sent to itself. That
-// connection must be masqueraded, or the endpoint would answer itself directly, from an
-// address the client never dialled. (The service has that one endpoint: one endpoint
-// reaching another on the same segment would get its answer straight from the other,
-// past the gateway, a matter of the lab's topology, not of the proxy.)
+// hairpinEndpoint: an endpoint on the gateway's node that reaches its own service and is
+// sent to itself. That connection must be masqueraded, or the endpoint would answer itself
+// directly, from an address the client never dialled. Only a local endpoint can: another
+// node's pod reaches a ClusterIP through its own node (and kube-proxy's nftables and IPVS
+// modes, like edgegate's, masquerade only local endpoints' hairpin). (The service has that
+// one endpoint: one endpoint reaching another on the same segment would get its answer
+// straight from the other, past the gateway, a matter of the lab's topology, not of the
+// proxy.)
 func hairpinEndpoint() Scenario {
 	svc := service("hairpin", []string{"10.96.10.15"})
+	local := []endpoint{{backend: 1, ready: true, serving: true, node: GatewayNodeName}}
 	return Scenario{
 		Name:      "hairpin-endpoint-reaches-itself",
-		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1))),
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, local)),
 		Check: func(t *testing.T, l *Lab, g *Gateway) {
 			self := l.Backends[0]
 			byBackend, bySource := tally(t, self, "10.96.10.15:80", 6)

@@ -85,6 +85,11 @@ func trails(os []outcome) string {
 // has rules per service port only and leaves other traffic to routing.
 const clusterIPNoSuchPort = "iptables has no per-cluster-IP catch-all refusal"
 
+// hairpinEveryEndpoint: kube-proxy's iptables mode marks every endpoint's connections to
+// itself for masquerade (each endpoint chain's -s rule); its nftables and IPVS modes, and
+// edgegate's, only local endpoints', the only ones this node's DNAT can send to themselves.
+const hairpinEveryEndpoint = "iptables mode masquerades the hairpin of every endpoint, not only local ones"
+
 func TestParityClusterIPAndNodePort(t *testing.T) {
 	every := all(masq(ep1), masq(ep2), masq(ep3))
 	npAddrs := testCfg
@@ -101,7 +106,11 @@ func TestParityClusterIPAndNodePort(t *testing.T) {
 				ipt: all(traceAccept), why: clusterIPNoSuchPort},
 			{name: "other traffic untouched", p: pkt(client, "10.96.0.99", 80), want: all(traceAccept)},
 			{name: "no node port on a ClusterIP service", p: pkt(client, "10.200.1.1", 30080), want: all(traceAccept)},
-			{name: "hairpin is masqueraded", p: pkt("10.200.2.11", "10.96.0.10", 80), want: all(masq(ep1), ep2, ep3)},
+			{name: "a remote endpoint's hairpin", p: pkt("10.200.2.11", "10.96.0.10", 80), want: all(ep1, ep2, ep3),
+				ipt: all(masq(ep1), ep2, ep3), why: hairpinEveryEndpoint},
+		}},
+		{name: "cluster IP, an endpoint on this node", objs: []any{web(), webV4Ep2Local()}, flows: []parityFlow{
+			{name: "a local endpoint's hairpin is masqueraded", p: pkt("10.200.2.12", "10.96.0.10", 80), want: all(ep1, masq(ep2), ep3)},
 		}},
 		{name: "node port", objs: []any{web(nodePort), webV4Ready()}, flows: []parityFlow{
 			{name: "node IP, masqueraded", p: pkt(client, "10.200.1.1", 30080), want: every},
@@ -294,7 +303,8 @@ func TestParityMasquerade(t *testing.T) {
 		{name: "cluster CIDR", cfg: &cidr, objs: []any{web(), webV4Ready()}, flows: []parityFlow{
 			{name: "from outside the cluster CIDR", p: pkt(client, "10.96.0.10", 80), want: every},
 			{name: "from the node", p: pkt("10.200.1.1", "10.96.0.10", 80).local(), want: every},
-			{name: "from a pod", p: pkt("10.200.2.13", "10.96.0.10", 80), want: all(ep1, ep2, masq(ep3))},
+			{name: "from a pod", p: pkt("10.200.2.13", "10.96.0.10", 80), want: all(ep1, ep2, ep3),
+				ipt: all(ep1, ep2, masq(ep3)), why: hairpinEveryEndpoint},
 		}},
 		{name: "masquerade-all", cfg: &masqAll, objs: []any{web(), webV4Ready()}, flows: []parityFlow{
 			{name: "from a pod", p: pkt("10.200.2.13", "10.96.0.10", 80), want: every},
@@ -302,7 +312,7 @@ func TestParityMasquerade(t *testing.T) {
 		{name: "another mark bit", cfg: &bit3, objs: []any{web(), webV4Ready()}, flows: []parityFlow{
 			{name: "from outside", p: pkt(client, "10.96.0.10", 80), want: every},
 		}},
-		{name: "no cluster CIDR", objs: []any{web(), webV4Ready()}, flows: []parityFlow{
+		{name: "no cluster CIDR", objs: []any{web(), webV4Ep2Local()}, flows: []parityFlow{
 			{name: "from outside", p: pkt(client, "10.96.0.10", 80), want: all(ep1, ep2, ep3)},
 			{name: "hairpin", p: pkt("10.200.2.12", "10.96.0.10", 80), want: all(ep1, masq(ep2), ep3)},
 		}},
@@ -315,7 +325,7 @@ func TestParityMasquerade(t *testing.T) {
 
 func TestParityDualStack(t *testing.T) {
 	v6eps := mt.Slice("default", "web-v6", "web", "http", v1.ProtocolTCP, 8080,
-		mt.EP("fd00:200:2::11"), mt.EP("fd00:200:2::12"))
+		mt.EP("fd00:200:2::11"), mt.EP("fd00:200:2::12", mt.OnNode("gw")))
 	svc := web(mt.DualStack("fd00:96::10"), mt.LoadBalancerIPs("203.0.113.10", "2001:db8:113::10"))
 	v6all := all("[fd00:200:2::11]:8080", "[fd00:200:2::12]:8080")
 	v6masq := all(masq("[fd00:200:2::11]:8080"), masq("[fd00:200:2::12]:8080"))

@@ -30,7 +30,7 @@ const (
 	SetVIPs            = "vips"              // every address on the dummy interface
 	SetNodePortIPs     = "nodeport-ips"      // the local addresses that have node-port virtual servers
 	MapVIPPorts        = "vip-ports"         // every virtual server on a VIP: the ports a VIP answers on
-	MapHairpin         = "hairpin-endpoints" // real servers, for masquerading a pod that reaches itself
+	MapHairpin         = "hairpin-endpoints" // local real servers, for masquerading a pod that reaches itself
 	ChainVIPCheck      = "vip-check"
 	ChainClusterIPMasq = "cluster-ip-masquerade"
 	ChainExternalLocal = "external-local"

@@ -195,7 +195,9 @@ func (b *ipvsBuilder) reals(p *PortPolicy, o Outcome, local bool) []RealServer {
 		}
 		for _, e := range eps {
 			out = append(out, RealServer{Addr: e.Addr, Port: e.Port, Weight: 1})
-			b.hairpin[e.Addr] = true
+			if b.cfg.isLocal(e) { // see Table.endpoint
+				b.hairpin[e.Addr] = true
+			}
 		}
 	}
 	if p.SP.Name.Protocol != model.TCP {
@@ -336,7 +338,7 @@ func (b *ipvsBuilder) finish() {
 	for _, a := range p.NodePortAddrs {
 		b.t.Sets[SetNodePortIPs].Elems = append(b.t.Sets[SetNodePortIPs].Elems, Elem{Key: Key{Addr: a}})
 	}
-	// After IPVS, an endpoint that is also the client would answer itself directly:
+	// After IPVS, a local endpoint that is also the client would answer itself directly:
 	// masquerade it (one small chain per endpoint address, found through a map).
 	var eps []netip.Addr
 	for a := range b.hairpin {

@@ -99,7 +99,10 @@ func TestIPVSParityClusterIPAndNodePort(t *testing.T) {
 			{name: "udp on a tcp port", p: pkt(client, "10.96.0.10", 80).udp(), want: all(traceReject)},
 			{name: "other traffic untouched", p: pkt(client, "10.96.0.99", 80), want: all(traceAccept)},
 			{name: "no node port on a ClusterIP service", p: pkt(client, "10.200.1.1", 30080), want: all(traceAccept)},
-			{name: "hairpin is masqueraded", p: pkt("10.200.2.11", "10.96.0.10", 80), want: all(masq(ep1), ep2, ep3)},
+			{name: "a remote endpoint's hairpin", p: pkt("10.200.2.11", "10.96.0.10", 80), want: all(ep1, ep2, ep3)},
+		}},
+		{name: "cluster IP, an endpoint on this node", objs: []any{web(), webV4Ep2Local()}, flows: []ipvsFlow{
+			{name: "a local endpoint's hairpin is masqueraded", p: pkt("10.200.2.12", "10.96.0.10", 80), want: all(ep1, masq(ep2), ep3)},
 		}},
 		{name: "node port", objs: []any{web(nodePort), webV4Ready()}, flows: []ipvsFlow{
 			{name: "node IP, masqueraded", p: pkt(client, "10.200.1.1", 30080), want: every},
@@ -289,7 +292,7 @@ func TestIPVSParityMasquerade(t *testing.T) {
 		{name: "cluster CIDR", cfg: &cidr, objs: []any{web(), webV4Ready()}, flows: []ipvsFlow{
 			{name: "from outside the cluster CIDR", p: pkt(client, "10.96.0.10", 80), want: every},
 			{name: "from the node", p: pkt("10.200.1.1", "10.96.0.10", 80).local(), want: every},
-			{name: "from a pod", p: pkt("10.200.2.13", "10.96.0.10", 80), want: all(ep1, ep2, masq(ep3))},
+			{name: "from a pod", p: pkt("10.200.2.13", "10.96.0.10", 80), want: all(ep1, ep2, ep3)},
 		}},
 		{name: "masquerade-all", cfg: &masqAll, objs: []any{web(), webV4Ready()}, flows: []ipvsFlow{
 			{name: "from a pod", p: pkt("10.200.2.13", "10.96.0.10", 80), want: every},
@@ -297,7 +300,7 @@ func TestIPVSParityMasquerade(t *testing.T) {
 		{name: "another mark bit", cfg: &bit3, objs: []any{web(), webV4Ready()}, flows: []ipvsFlow{
 			{name: "from outside", p: pkt(client, "10.96.0.10", 80), want: every},
 		}},
-		{name: "no cluster CIDR", objs: []any{web(), webV4Ready()}, flows: []ipvsFlow{
+		{name: "no cluster CIDR", objs: []any{web(), webV4Ep2Local()}, flows: []ipvsFlow{
 			{name: "from outside", p: pkt(client, "10.96.0.10", 80), want: all(ep1, ep2, ep3)},
 			{name: "hairpin", p: pkt("10.200.2.12", "10.96.0.10", 80), want: all(ep1, masq(ep2), ep3)},
 			// The kernel makes the VIP itself the source of the node's connection to it.
@@ -309,7 +312,7 @@ func TestIPVSParityMasquerade(t *testing.T) {
 
 func TestIPVSParityDualStack(t *testing.T) {
 	v6eps := mt.Slice("default", "web-v6", "web", "http", v1.ProtocolTCP, 8080,
-		mt.EP("fd00:200:2::11"), mt.EP("fd00:200:2::12"))
+		mt.EP("fd00:200:2::11"), mt.EP("fd00:200:2::12", mt.OnNode("gw")))
 	svc := web(mt.DualStack("fd00:96::10"), mt.LoadBalancerIPs("203.0.113.10", "2001:db8:113::10"))
 	v6all := all("[fd00:200:2::11]:8080", "[fd00:200:2::12]:8080")
 	v6masq := all(masq("[fd00:200:2::11]:8080"), masq("[fd00:200:2::12]:8080"))

@@ -52,6 +52,12 @@ func webV4(eps ...discovery.Endpoint) *discovery.EndpointSlice {
 	return mt.Slice("default", "web-v4", "web", "http", v1.ProtocolTCP, 8080, eps...)
 }
 
+// webV4Ep2Local is webV4Ready with its second endpoint on this node (testCfg's gw).
+func webV4Ep2Local() *discovery.EndpointSlice {
+	return webV4(mt.EP("10.200.2.11", mt.OnNode("backend-1")), mt.EP("10.200.2.12", mt.OnNode("gw")),
+		mt.EP("10.200.2.13", mt.OnNode("backend-3")))
+}
+
 func webV4Ready() *discovery.EndpointSlice {
 	return webV4(mt.EP("10.200.2.11", mt.OnNode("backend-1")), mt.EP("10.200.2.12", mt.OnNode("backend-2")),
 		mt.EP("10.200.2.13", mt.OnNode("backend-3")))
@@ -102,7 +108,11 @@ func TestFlowClusterIP(t *testing.T) {
 		{"udp on a tcp port rejected", pkt(client, "10.96.0.10", 80).udp(), all(traceReject)},
 		{"other traffic untouched", pkt(client, "10.96.0.99", 80), all(traceAccept)},
 		{"no node port on a ClusterIP service", pkt(client, "10.200.1.1", 30080), all(traceAccept)},
-		{"hairpin is masqueraded", pkt("10.200.2.11", "10.96.0.10", 80), all(masq(ep1), ep2, ep3)},
+		// Another node's pod reaches a ClusterIP through its own node, never this one.
+		{"a remote endpoint's hairpin is not masqueraded", pkt("10.200.2.11", "10.96.0.10", 80), all(ep1, ep2, ep3)},
+	})
+	runFlows(t, build(t, testCfg, model.IPv4, web(), webV4Ep2Local()), []flow{
+		{"a local endpoint's hairpin is masqueraded", pkt("10.200.2.12", "10.96.0.10", 80), all(ep1, masq(ep2), ep3)},
 	})
 }
 
@@ -340,7 +350,7 @@ func TestFlowMasquerade(t *testing.T) {
 	tab := build(t, cfg, model.IPv4, web(), webV4Ready())
 	runFlows(t, tab, []flow{
 		{"from outside the cluster CIDR", pkt(client, "10.96.0.10", 80), all(masq(ep1), masq(ep2), masq(ep3))},
-		{"from a pod", pkt("10.200.2.13", "10.96.0.10", 80), all(ep1, ep2, masq(ep3))},
+		{"from a pod", pkt("10.200.2.13", "10.96.0.10", 80), all(ep1, ep2, ep3)},
 	})
 	cfg = testCfg
 	cfg.MasqueradeAll = true

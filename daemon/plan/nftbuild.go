@@ -233,7 +233,7 @@ func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 
 	t.elem(SetClusterIPs, Key{Addr: p.ClusterIP}, Verdict{}, model.ServicePortName{ServiceName: sp.Name.ServiceName})
 	for _, e := range p.Reachable {
-		t.endpoint(p, e)
+		t.endpoint(p, e, cfg)
 	}
 	// The chain ClusterIP traffic enters carries the ClusterIP masquerade rule.
 	internalChain := svcChain
@@ -357,12 +357,20 @@ func dnatTo(sp *model.ServicePort, e model.Endpoint) DNAT {
 	return DNAT{Proto: sp.Name.Protocol.Number(), To: netip.AddrPortFrom(e.Addr, e.Port)}
 }
 
-// endpoint adds the hairpin element of one endpoint, and with ClientIP
-// affinity its chain and affinity set: the service chain looks the client up in every
-// endpoint's set first, and the chosen endpoint's chain records the client.
-func (t *Table) endpoint(p *PortPolicy, e model.Endpoint) {
+// endpoint adds the hairpin element of an endpoint on this node, and with ClientIP
+// affinity the endpoint's chain and affinity set: the service chain looks the client up in
+// every endpoint's set first, and the chosen endpoint's chain records the client.
+//
+// Only a local endpoint can meet itself through this node's DNAT, as in kube-proxy's
+// nftables and IPVS modes: another node's pod reaches a ClusterIP through its own node,
+// and traffic entering from outside (node ports, LoadBalancer IPs) is masqueraded unless
+// its policy is Local, which only sends it to local endpoints. A dedicated gateway then
+// has no hairpin elements at all, instead of one per endpoint of the cluster.
+func (t *Table) endpoint(p *PortPolicy, e model.Endpoint, cfg Config) {
 	sp := p.SP
-	t.elem(SetHairpin, Key{Addr: e.Addr}, Verdict{}, sp.Name)
+	if cfg.isLocal(e) {
+		t.elem(SetHairpin, Key{Addr: e.Addr}, Verdict{}, sp.Name)
+	}
 	if sp.AffinityTimeout <= 0 {
 		return
 	}

@@ -36,7 +36,7 @@ func TestPlannerMatchesNFT(t *testing.T) {
 		{"nothing changed", func() {}, Config{NodeName: "gw"}},
 		{"an endpoint moved", func() {
 			upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353,
-				mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.99")))
+				mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.99", mt.OnNode("gw"))))
 		}, Config{NodeName: "gw"}},
 		{"a service claims web's cluster IP", func() {
 			upsert(tr, mt.Service("default", "aaa", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
@@ -51,11 +51,12 @@ func TestPlannerMatchesNFT(t *testing.T) {
 		}, Config{NodeName: "gw"}},
 		{"that claimant goes", func() { tr.DeleteService("default", "aab") }, Config{NodeName: "gw"}},
 		{"a service goes", func() { tr.DeleteService("default", "empty") }, Config{NodeName: "gw"}},
-		// Hairpin elements are shared: one stays while any service port still uses it.
+		// Hairpin elements (of endpoints on this node) are shared: one stays while any
+		// service port still uses it.
 		{"a second service selects dns's endpoints", func() {
 			upsert(tr, mt.Service("default", "bbb", "10.96.0.77", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
 			upsert(tr, mt.Slice("default", "bbb-1", "bbb", "http", v1.ProtocolTCP, 8080,
-				mt.EP("10.200.2.99"), mt.EP("10.200.4.1")))
+				mt.EP("10.200.2.99", mt.OnNode("gw")), mt.EP("10.200.4.1", mt.OnNode("gw"))))
 		}, Config{NodeName: "gw"}},
 		{"dns drops the endpoint it shares", func() {
 			upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11")))

@@ -130,11 +130,13 @@ func forwardOrDrop(local bool, localEps, clusterEps []model.Endpoint) Outcome {
 	return Forward
 }
 
+// isLocal reports whether an endpoint runs on this node.
+func (c Config) isLocal(e model.Endpoint) bool { return e.NodeName != "" && e.NodeName == c.NodeName }
+
 // categorize follows kube-proxy's CategorizeEndpoints: ready endpoints (filtered by
 // topology), else serving-terminating ones; local endpoints for Local policies with the same
 // fallback; and the union every chain must exist for.
 func categorize(eps []model.Endpoint, usesCluster, usesLocal bool, sp *model.ServicePort, cfg Config) (cluster, local, reachable []model.Endpoint, hasAny bool) {
-	isLocal := func(e model.Endpoint) bool { return e.NodeName != "" && e.NodeName == cfg.NodeName }
 	useTopology := ""
 	if usesCluster {
 		useTopology = topologyMode(eps, sp, cfg)
@@ -151,7 +153,7 @@ func categorize(eps []model.Endpoint, usesCluster, usesLocal bool, sp *model.Ser
 	for _, e := range eps {
 		if e.Ready || e.Serving && e.Terminating {
 			hasAny = true
-			if isLocal(e) {
+			if cfg.isLocal(e) {
 				localReady = localReady || e.Ready
 				localTerminating = localTerminating || !e.Ready
 			}
@@ -159,10 +161,10 @@ func categorize(eps []model.Endpoint, usesCluster, usesLocal bool, sp *model.Ser
 	}
 	servingTerminating := false
 	if localReady {
-		local = filter(eps, func(e model.Endpoint) bool { return e.Ready && isLocal(e) })
+		local = filter(eps, func(e model.Endpoint) bool { return e.Ready && cfg.isLocal(e) })
 	} else if localTerminating {
 		servingTerminating = true
-		local = filter(eps, func(e model.Endpoint) bool { return isLocal(e) && e.Serving && e.Terminating })
+		local = filter(eps, func(e model.Endpoint) bool { return cfg.isLocal(e) && e.Serving && e.Terminating })
 	}
 	if !usesCluster {
 		return nil, local, local, hasAny

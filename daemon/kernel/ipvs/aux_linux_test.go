@@ -38,7 +38,10 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 		svc := web(mt.SourceRanges("10.200.1.0/24"), mt.ExternalLocal(32000))
 		empty := mt.Service("default", "empty", "10.96.0.30", mt.Port("", v1.ProtocolTCP, 443, 8443, 30443), mt.Type(v1.ServiceTypeNodePort))
 		aux := NewKernelAux()
-		if _, err := aux.Apply(plans(svc, ready3(), webV6(), empty), true); err != nil {
+		// hp's endpoint runs on this node: only a local endpoint has a hairpin chain.
+		hp := mt.Service("default", "hp", "10.96.0.40", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0))
+		hpEPs := mt.Slice("default", "hp-1", "hp", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.15", mt.OnNode("gw")))
+		if _, err := aux.Apply(plans(svc, ready3(), webV6(), empty, hp, hpEPs), true); err != nil {
 			t.Fatalf("full apply: %v", err)
 		}
 		out := nftList(t, ns)
@@ -48,7 +51,7 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 			"ct state new ip daddr @vips jump vip-check",
 			"10.96.0.30 . tcp . 443 : goto reject-chain",
 			"203.0.113.10 . tcp . 80 : drop", "tcp . 30080 : drop",
-			"10.200.2.11 : goto hairpin-10.200.2.11",
+			"hairpin-endpoints {\n\t\ttype ipv4_addr : verdict\n\t\telements = { 10.200.2.15 : goto hairpin-10.200.2.15 }",
 			"ip saddr != 10.200.2.0/24 jump mark-for-masquerade",
 			"ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
 			"10.96.0.10 . tcp . 80 : return",
@@ -57,10 +60,10 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 				t.Errorf("nft list ruleset lacks %q:\n%s", want, out)
 			}
 		}
-		if _, err := aux.Apply(plans(web(), webV4(mt.EP("10.200.2.14"))), false); err != nil {
+		if _, err := aux.Apply(plans(web(), webV4(mt.EP("10.200.2.14", mt.OnNode("gw")))), false); err != nil {
 			t.Fatalf("incremental apply: %v", err)
 		}
-		if out := nftList(t, ns); !strings.Contains(out, "hairpin-10.200.2.14") || strings.Contains(out, "hairpin-10.200.2.11") ||
+		if out := nftList(t, ns); !strings.Contains(out, "hairpin-10.200.2.14") || strings.Contains(out, "hairpin-10.200.2.15") ||
 			strings.Contains(out, "10.96.0.30") {
 			t.Errorf("incremental apply did not converge:\n%s", out)
 		}
