@@ -49,6 +49,7 @@ type Kernel struct {
 	mu      sync.Mutex
 	applied map[model.Family]*plan.IPTables
 	dirty   bool
+	sock    nlbatch.Socket // opened by the first apply, in its network namespace
 }
 
 var _ Ruleset = (*Kernel)(nil)
@@ -145,7 +146,7 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 			}
 		}
 	}
-	if err := nb.Send(); err != nil {
+	if err := nb.Send(&k.sock); err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
 	k.applied = byFamily
@@ -180,7 +181,7 @@ func (k *Kernel) Cleanup() error {
 			return err
 		}
 	}
-	if err := nb.Send(); err != nil {
+	if err := nb.Send(nil); err != nil {
 		return fmt.Errorf("remove edgegate rules: %w", err)
 	}
 	return nil

@@ -47,6 +47,7 @@ type Kernel struct {
 	mu      sync.Mutex
 	applied map[model.Family]*plan.Table
 	dirty   bool
+	sock    nlbatch.Socket // opened by the first apply, in its network namespace
 }
 
 var _ Ruleset = (*Kernel)(nil)
@@ -123,7 +124,7 @@ func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error)
 			return st, fmt.Errorf("%s table %s: %w", t.Family, t.Name, err)
 		}
 	}
-	if err := nb.Send(); err != nil {
+	if err := nb.Send(&k.sock); err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
 	return st, nil

@@ -12,9 +12,11 @@ import (
 )
 
 // TestSendToKernel: a good batch lands whole; a batch with a bad message is refused whole,
-// with an error that names the message, and the good part of it is not applied either.
+// with an error that names the message, and the good part of it is not applied either;
+// a kept socket takes the next batch after a refused one.
 func TestSendToKernel(t *testing.T) {
 	kerneltest.InNetns(t, "egnlb", func(ns string) {
+		var sock *Socket // nil: a socket per batch
 		send := func(chains ...string) error {
 			b, err := New()
 			if err != nil {
@@ -33,7 +35,7 @@ func TestSendToKernel(t *testing.T) {
 				c.AddRule(&nftables.Rule{Table: tab, Chain: &nftables.Chain{Name: chains[0], Table: tab},
 					Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "missing"}}})
 			}
-			return b.Send()
+			return b.Send(sock)
 		}
 		list := func() string {
 			out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "ruleset").CombinedOutput()
@@ -54,6 +56,16 @@ func TestSendToKernel(t *testing.T) {
 		}
 		if out := list(); strings.Contains(out, "chain c") {
 			t.Errorf("the refused batch left chain c behind:\n%s", out)
+		}
+		sock = &Socket{}
+		if err := send("c"); err == nil || !strings.Contains(err.Error(), "add a rule to chain ip t c") {
+			t.Fatalf("bad batch on a kept socket: error %v, want one naming the rule's chain", err)
+		}
+		if err := send("d", "e"); err != nil {
+			t.Fatalf("good batch on the socket that took the bad one: %v", err)
+		}
+		if out := list(); !strings.Contains(out, "chain d") || strings.Contains(out, "chain c") {
+			t.Errorf("after a refused and a good batch on one socket:\n%s", out)
 		}
 	})
 }
