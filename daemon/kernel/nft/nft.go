@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
@@ -114,7 +113,8 @@ func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error)
 	}
 	st := Stats{Full: full}
 	for _, t := range tables {
-		b := &batch{conn: nb.Conn(), read: read, want: t, table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
+		b := &batch{conn: nb.Conn(), nb: nb, rules: newRuleWriter(t.Family, t.Name), read: read, want: t,
+			table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
 		if full {
 			err = b.full(recreate, k.applied[t.Family])
 		} else {
@@ -167,9 +167,11 @@ func (k *Kernel) Cleanup() error {
 	return nil
 }
 
-// batch queues the messages for one table into the connection's pending batch.
+// batch queues the messages for one table into the pending batch.
 type batch struct {
-	conn  *nftables.Conn // queues the batch (nlbatch)
+	conn  *nftables.Conn // queues the batch's messages but rules (nb.Conn)
+	nb    *nlbatch.Batch
+	rules *ruleWriter    // encodes the rules, which nb.Add queues
 	read  *nftables.Conn // reads what the kernel holds
 	table *nftables.Table
 	want  *plan.Table
@@ -200,18 +202,15 @@ func hookOf(h string) *nftables.ChainHook {
 	return nftables.ChainHookPostrouting
 }
 
-func (b *batch) addRules(c *plan.Chain, nc *nftables.Chain) error {
-	enc := &encoder{family: b.want.Family}
+func (b *batch) addRules(c *plan.Chain) error {
 	for i, r := range c.Rules {
-		exprs, err := enc.rule(r)
+		msg, err := b.rules.message(c.Name, r)
 		if err != nil {
 			return fmt.Errorf("chain %s rule %d: %w", c.Name, i, err)
 		}
-		rule := &nftables.Rule{Table: b.table, Chain: nc, Exprs: exprs}
-		if c, ok := r.Comment(); ok {
-			rule.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
+		if err := b.nb.Add(msg); err != nil {
+			return err
 		}
-		b.conn.AddRule(rule)
 	}
 	b.st.Chains++
 	return nil
@@ -276,12 +275,15 @@ func (b *batch) full(recreate bool, prev *plan.Table) error {
 			b.st.Elements += len(s.Elems)
 		}
 	}
+	// Every chain is emptied before any is refilled: the rules are queued after all of
+	// the library's messages, and each switch between the two costs a flush of its queue.
 	for _, name := range b.want.ChainNames() {
-		nc := chains[name]
 		if have.chains[name] {
-			b.conn.FlushChain(nc)
+			b.conn.FlushChain(chains[name])
 		}
-		if err := b.addRules(b.want.Chains[name], nc); err != nil {
+	}
+	for _, name := range b.want.ChainNames() {
+		if err := b.addRules(b.want.Chains[name]); err != nil {
 			return err
 		}
 	}
@@ -473,7 +475,7 @@ func (b *batch) partial(prev *plan.Table) error {
 	})
 	for _, name := range rewrite {
 		c := want.Chains[name]
-		if err := b.addRules(c, b.chainOf(c)); err != nil {
+		if err := b.addRules(c); err != nil {
 			return err
 		}
 	}

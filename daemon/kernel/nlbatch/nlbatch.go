@@ -9,9 +9,10 @@
 // whole batch inside the sendmsg call, so one acknowledgement, on the last message, says the
 // batch was read to its end; any error before it says the batch was refused as a whole.
 //
-// The library still encodes every message: a Batch hands it a connection that records the
+// The library still encodes most messages: a Batch hands it a connection that records the
 // batch instead of sending it (its documented test hook, nltest), answering each receive
-// with an acknowledgement, and then sends the recorded batch itself.
+// with an acknowledgement, and then sends the recorded batch itself. Messages encoded
+// elsewhere (the nftables backend's rules) join the batch in order through Add.
 package nlbatch
 
 import (
@@ -32,7 +33,7 @@ type Batch struct {
 	conn *nftables.Conn
 
 	mu       sync.Mutex
-	recorded []netlink.Message
+	recorded []netlink.Message // without the batch's begin and end
 	sent     bool
 }
 
@@ -51,17 +52,17 @@ func New() (*Batch, error) {
 // Flush records; it never reaches the kernel. Reads (List*, Get*) need a real connection.
 func (b *Batch) Conn() *nftables.Conn { return b.conn }
 
-// record is the recording connection's other end: the first call gets the whole batch (with
-// its begin and end messages), later calls (nil) are google/nftables reading the
-// acknowledgement of each message in turn. Each gets one.
+// record is the recording connection's other end: a flush's first call gets what was
+// queued since the last one, between a begin and an end message; later calls (nil) are
+// google/nftables reading the acknowledgement of each message in turn. Each gets one.
 func (b *Batch) record(req []netlink.Message) ([]netlink.Message, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if req != nil {
-		if b.recorded != nil {
-			return nil, errors.New("nlbatch: a batch records only one flush")
+		if len(req) < 2 || req[0].Header.Type != unix.NFNL_MSG_BATCH_BEGIN || req[len(req)-1].Header.Type != unix.NFNL_MSG_BATCH_END {
+			return nil, errors.New("nlbatch: a flush without its batch begin and end")
 		}
-		b.recorded = req
+		b.recorded = append(b.recorded, req[1:len(req)-1]...)
 	}
 	return []netlink.Message{{
 		Header: netlink.Header{Type: netlink.Error},
@@ -69,11 +70,15 @@ func (b *Batch) record(req []netlink.Message) ([]netlink.Message, error) {
 	}}, nil
 }
 
-// Empty reports whether nothing was queued.
-func (b *Batch) Empty() bool {
+// Add queues a message encoded elsewhere, after everything queued on Conn so far.
+func (b *Batch) Add(m netlink.Message) error {
+	if err := b.conn.Flush(); err != nil {
+		return fmt.Errorf("encode the batch: %w", err)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.recorded == nil
+	b.recorded = append(b.recorded, m)
+	return nil
 }
 
 // Send has the library encode the batch and sends it to the kernel of the current network
@@ -81,19 +86,9 @@ func (b *Batch) Empty() bool {
 // object name; the kernel then applied none of the batch. It sends on s, or with s nil on
 // a socket of its own.
 func (b *Batch) Send(s *Socket) error {
-	if err := b.conn.Flush(); err != nil {
-		return fmt.Errorf("encode the batch: %w", err)
-	}
-	b.mu.Lock()
-	msgs := b.recorded
-	if b.sent {
-		b.mu.Unlock()
-		return errors.New("nlbatch: batch already sent")
-	}
-	b.sent, b.recorded = true, nil
-	b.mu.Unlock()
-	if len(msgs) <= 2 {
-		return nil // begin and end only: nothing to do
+	msgs, err := b.take()
+	if err != nil || msgs == nil {
+		return err
 	}
 	if s == nil {
 		fd, err := openSocket()
@@ -104,6 +99,33 @@ func (b *Batch) Send(s *Socket) error {
 		return send(fd, msgs)
 	}
 	return s.send(msgs)
+}
+
+// take ends the batch: its messages in order between a begin and an end message, nil
+// when nothing was queued.
+func (b *Batch) take() ([]netlink.Message, error) {
+	if err := b.conn.Flush(); err != nil {
+		return nil, fmt.Errorf("encode the batch: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sent {
+		return nil, errors.New("nlbatch: batch already sent")
+	}
+	msgs := b.recorded
+	b.sent, b.recorded = true, nil
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	return append(append([]netlink.Message{batchMessage(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...), batchMessage(unix.NFNL_MSG_BATCH_END)), nil
+}
+
+// batchMessage is the begin or end of a batch of nftables messages.
+func batchMessage(typ uint16) netlink.Message {
+	return netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(typ), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}, // res_id, big-endian
+	}
 }
 
 // Socket is a netfilter socket kept open for the batches of one backend, in the network

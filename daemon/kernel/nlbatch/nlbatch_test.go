@@ -7,10 +7,12 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 )
 
-// TestEncodeAsksOneAck: only the last message before the batch end asks for an
-// acknowledgement, none for an echo, and the messages are numbered in order.
+// TestEncodeAsksOneAck: the messages queued on Conn and added keep their order; only the
+// last message before the batch end asks for an acknowledgement, none for an echo, and the
+// messages are numbered in order.
 func TestEncodeAsksOneAck(t *testing.T) {
 	b, err := New()
 	if err != nil {
@@ -19,23 +21,27 @@ func TestEncodeAsksOneAck(t *testing.T) {
 	c := b.Conn()
 	tab := c.AddTable(&nftables.Table{Name: "t", Family: nftables.TableFamilyIPv4})
 	ch := c.AddChain(&nftables.Chain{Name: "c", Table: tab})
-	c.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{&expr.Counter{}}})
-	if err := c.Flush(); err != nil {
+	rule := netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE)},
+		Data: []byte{unix.NFPROTO_IPV4, 0, 0, 0}}
+	if err := b.Add(rule); err != nil {
 		t.Fatal(err)
 	}
-	msgs := b.recorded
-	if len(msgs) != 5 {
-		t.Fatalf("recorded %d messages, want begin, table, chain, rule, end", len(msgs))
+	c.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{&expr.Counter{}}})
+	msgs, err := b.take()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := Describe(msgs[2]); got != "add chain ip t c" {
-		t.Errorf("Describe(chain) = %q", got)
+	if len(msgs) != 6 {
+		t.Fatalf("recorded %d messages, want begin, table, chain, the added rule, a rule, end", len(msgs))
 	}
-	if got := Describe(msgs[3]); got != "add a rule to chain ip t c" {
-		t.Errorf("Describe(rule) = %q", got)
+	for i, want := range []string{"message type 0x10", "add table ip t", "add chain ip t c", "add a rule", "add a rule to chain ip t c", "message type 0x11"} {
+		if got := Describe(msgs[i]); !strings.HasPrefix(got, want) {
+			t.Errorf("message %d: %q, want %q", i, got, want)
+		}
 	}
 	buf, last := encode(msgs)
-	if last != 4 {
-		t.Errorf("last = %d, want 4 (the rule)", last)
+	if last != 5 {
+		t.Errorf("last = %d, want 5 (the last rule)", last)
 	}
 	replies, err := parseHeaders(buf)
 	if err != nil {

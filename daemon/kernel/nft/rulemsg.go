@@ -1,0 +1,186 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
+)
+
+// ruleWriter encodes the messages that append rules to a table's chains, byte for byte as
+// google/nftables' AddRule does (TestRuleMessagesMatchGoogle), without its allocations per
+// attribute: a full sync at 10,000 Services x 10 endpoints adds 110,000 rules, and their
+// encoding was a third of its user time and most of its garbage. A statement's expressions
+// are encoded once per batch (the library encodes them, through encoder.stmt) and copied
+// for every rule that repeats the statement; an endpoint's DNAT, different in every rule,
+// is written directly.
+type ruleWriter struct {
+	enc    *encoder
+	family byte // the table's nfproto
+	table  string
+	cache  map[any][]byte // NFTA_LIST_ELEM attributes of a statement (or part)
+	arena  []byte         // messages are laid out one after the other in it
+}
+
+// partStmt is some of a statement's expressions: [from, to), to < 0 for all after from.
+type partStmt struct {
+	s        plan.Stmt
+	from, to int
+}
+
+func newRuleWriter(f model.Family, table string) *ruleWriter {
+	return &ruleWriter{enc: &encoder{family: f}, family: byte(tableFamily(f)), table: table, cache: map[any][]byte{}}
+}
+
+// message encodes the message that appends r to chain.
+func (w *ruleWriter) message(chain string, r plan.Rule) (netlink.Message, error) {
+	if cap(w.arena)-len(w.arena) < 4096 {
+		w.arena = make([]byte, 0, 256<<10)
+	}
+	rest := w.arena[len(w.arena):]
+	b := append(rest, w.family, unix.NFNETLINK_V0, 0, 0) // struct nfgenmsg, res_id 0
+	b = appendAttr(b, unix.NFTA_RULE_TABLE, w.table, true)
+	b = appendAttr(b, unix.NFTA_RULE_CHAIN, chain, true)
+	b, exprs := beginNest(b)
+	for _, s := range r {
+		var err error
+		if b, err = w.stmt(b, s); err != nil {
+			return netlink.Message{}, err
+		}
+	}
+	b = endNest(b, exprs, unix.NFTA_RULE_EXPRESSIONS)
+	if c, ok := r.Comment(); ok {
+		b = appendAttr(b, unix.NFTA_RULE_USERDATA, userdata.AppendString(nil, userdata.TypeComment, c), false)
+	}
+	if len(b) <= cap(rest) && &b[0] == &rest[:1][0] { // still in the arena
+		w.arena = w.arena[:len(w.arena)+len(b)]
+	}
+	return netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE),
+			Flags: netlink.Request | netlink.Create | unix.NLM_F_APPEND,
+		},
+		Data: b[:len(b):len(b)],
+	}, nil
+}
+
+// stmt appends the expressions of one statement.
+func (w *ruleWriter) stmt(b []byte, s plan.Stmt) ([]byte, error) {
+	key := s
+	switch s := s.(type) {
+	case plan.Counter:
+		key = plan.Counter{} // the name is the rule's comment, not the counter's
+	case plan.DNAT:
+		// meta l4proto, cmp (the same for every endpoint of a protocol), then the
+		// endpoint's address and port and the nat expression (the same for all).
+		head, err := w.cached(plan.DNAT{Proto: s.Proto}, 0, 2)
+		if err != nil {
+			return nil, err
+		}
+		tail, err := w.cached(plan.DNAT{}, 4, 5)
+		if err != nil {
+			return nil, err
+		}
+		addr, port := s.To.Addr().AsSlice(), binary.BigEndian.AppendUint16(make([]byte, 0, 2), s.To.Port())
+		b = append(b, head...)
+		b = appendImmediate(b, reg1, addr)
+		b = appendImmediate(b, unix.NFT_REG_2, port)
+		return append(b, tail...), nil
+	}
+	enc, err := w.cached(key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, enc...), nil
+}
+
+// cached returns expressions [from, to) of statement s (to < 0: all of them) as the
+// library encodes them, from the cache when the batch met s before.
+func (w *ruleWriter) cached(s plan.Stmt, from, to int) ([]byte, error) {
+	var key any = s
+	if from != 0 || to >= 0 {
+		key = partStmt{s, from, to}
+	}
+	if enc, ok := w.cache[key]; ok {
+		return enc, nil
+	}
+	var exprs []expr.Any
+	var err error
+	if d, ok := s.(plan.DNAT); ok {
+		if !d.To.IsValid() { // a part that does not depend on the endpoint
+			d.To = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+			if w.enc.family == model.IPv6 {
+				d.To = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
+			}
+		}
+		exprs = w.enc.dnat(d)
+	} else if exprs, err = w.enc.stmt(s); err != nil {
+		return nil, err
+	}
+	if to < 0 {
+		to = len(exprs)
+	}
+	var enc []byte
+	for _, e := range exprs[from:to] {
+		data, err := expr.Marshal(w.family, e)
+		if err != nil {
+			return nil, fmt.Errorf("%T: %w", e, err)
+		}
+		enc = appendAttr(enc, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, data, false)
+	}
+	w.cache[key] = enc
+	return enc, nil
+}
+
+// appendAttr appends a netlink attribute holding data (and a NUL), padded to 4 bytes, as
+// netlink.MarshalAttributes lays it out.
+func appendAttr[T string | []byte](b []byte, typ uint16, data T, nul bool) []byte {
+	n := 4 + len(data)
+	if nul {
+		n++
+	}
+	b = binary.NativeEndian.AppendUint16(b, uint16(n))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, data...)
+	if nul {
+		b = append(b, 0)
+	}
+	return pad(b)
+}
+
+func pad(b []byte) []byte {
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// beginNest appends the header of a nested attribute, endNest fills it in once its
+// attributes follow it.
+func beginNest(b []byte) ([]byte, int) { return append(b, 0, 0, 0, 0), len(b) }
+
+func endNest(b []byte, start int, typ uint16) []byte {
+	binary.NativeEndian.PutUint16(b[start:], uint16(len(b)-start))
+	binary.NativeEndian.PutUint16(b[start+2:], unix.NLA_F_NESTED|typ)
+	return b
+}
+
+// appendImmediate appends an immediate expression that loads data into register reg.
+func appendImmediate(b []byte, reg uint32, data []byte) []byte {
+	b, elem := beginNest(b)
+	b = appendAttr(b, unix.NFTA_EXPR_NAME, "immediate", true)
+	b, exprData := beginNest(b)
+	b = appendAttr(b, unix.NFTA_IMMEDIATE_DREG, binary.BigEndian.AppendUint32(make([]byte, 0, 4), reg), false)
+	b, value := beginNest(b)
+	b = appendAttr(b, unix.NFTA_DATA_VALUE, data, false)
+	b = endNest(b, value, unix.NFTA_IMMEDIATE_DATA)
+	b = endNest(b, exprData, unix.NFTA_EXPR_DATA)
+	return endNest(b, elem, unix.NFTA_LIST_ELEM)
+}
