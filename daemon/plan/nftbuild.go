@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/edgegate/edgegate/daemon/model"
@@ -200,10 +201,17 @@ func ChainBase(n model.ServicePortName) string {
 	return hash8(id) + "-" + id
 }
 
-// EndpointChain names the chain of one endpoint of a service port.
+// EndpointChain names the chain of one endpoint of a service port (and its counter). A
+// plan names every endpoint: this is ChainBase's id and hash, built without fmt.
 func EndpointChain(n model.ServicePortName, e model.Endpoint) string {
-	id := fmt.Sprintf("%s/%s/%s/%s__%s/%d", n.Namespace, n.Name, n.Protocol.Lower(), n.Port, e.Addr, e.Port)
-	return "endpoint-" + hash8(id) + "-" + id
+	id := make([]byte, 0, 64)
+	id = append(append(append(append(id, n.Namespace...), '/'), n.Name...), '/')
+	id = append(append(append(append(id, n.Protocol.Lower()...), '/'), n.Port...), "__"...)
+	id = strconv.AppendUint(append(e.Addr.AppendTo(id), '/'), uint64(e.Port), 10)
+	h := sha256.Sum256(id)
+	name := make([]byte, 0, len("endpoint-")+9+len(id))
+	name = base32.StdEncoding.AppendEncode(append(name, "endpoint-"...), h[:5]) // 8 characters
+	return string(append(append(name, '-'), id...))
 }
 
 // AffinitySet names the ClientIP affinity set of one endpoint.
