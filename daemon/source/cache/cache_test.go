@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -58,6 +59,33 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	}
 	if fi, _ := os.Stat(f.Path()); fi.Mode().Perm() != 0o600 {
 		t.Errorf("cache file mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+// TestFileIsTheEncodersDocument: the file is written in pieces, the state's bytes as
+// they are, and reads exactly as json.Encoder would have written the whole document.
+func TestFileIsTheEncodersDocument(t *testing.T) {
+	f := NewFile(t.TempDir())
+	st := sampleState()
+	st.Services[0].Annotations = map[string]string{"note": "<a & b>"} // escaped alike
+	if err := f.Save(st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(f.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := encodeBody(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	doc := document{APIVersion: apiVersion, Kind: kind, SavedAt: st.SavedAt, SHA256: checksum(body), State: body}
+	if err := json.NewEncoder(&want).Encode(doc); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("file:\n%s\njson.Encoder:\n%s", got, want.Bytes())
 	}
 }
 

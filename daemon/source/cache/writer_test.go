@@ -35,11 +35,14 @@ func (s *source) set(st State, ready bool) {
 	s.st, s.ready = st, ready
 }
 
-func startWriter(t *testing.T, src *source, settle, minInterval time.Duration) (*Writer, *File, context.CancelFunc, <-chan struct{}) {
+func startWriter(t *testing.T, src *source, settle, minInterval time.Duration, firstSettle ...time.Duration) (*Writer, *File, context.CancelFunc, <-chan struct{}) {
 	t.Helper()
 	f := NewFile(t.TempDir())
 	w := NewWriter(f, src.snapshot, nil)
-	w.Settle, w.MinInterval = settle, minInterval
+	w.Settle, w.MinInterval, w.FirstSettle = settle, minInterval, settle
+	if len(firstSettle) > 0 {
+		w.FirstSettle = firstSettle[0]
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -132,6 +135,29 @@ func TestWriterSpacesWrites(t *testing.T) {
 	}
 }
 
+// TestWriterWaitsLongerFirst: the first write waits FirstSettle after its trigger, later
+// ones Settle.
+func TestWriterWaitsLongerFirst(t *testing.T) {
+	src := &source{}
+	src.set(sampleState(), true)
+	start := time.Now()
+	w, _, _, _ := startWriter(t, src, time.Millisecond, 0, 300*time.Millisecond)
+	w.Trigger()
+	var first, second time.Time
+	waitFor(t, "first save", func() bool { first, _ = w.LastSave(); return !first.IsZero() })
+	if waited := first.Sub(start); waited < 300*time.Millisecond {
+		t.Errorf("first save after %v, want the first settle time of 300ms at least", waited)
+	}
+	st := sampleState()
+	st.Services = nil
+	src.set(st, true)
+	w.Trigger()
+	waitFor(t, "second save", func() bool { second, _ = w.LastSave(); return second.After(first) })
+	if gap := second.Sub(first); gap > 250*time.Millisecond {
+		t.Errorf("second save %v after the first, want about the settle time (1ms)", gap)
+	}
+}
+
 func TestWriterFlushesOnStop(t *testing.T) {
 	src := &source{}
 	src.set(sampleState(), true)
@@ -155,7 +181,7 @@ func TestWriterRetriesFailedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := NewWriter(NewFile(blocker), src.snapshot, nil)
-	w.Settle, w.MinInterval = time.Millisecond, 20*time.Millisecond
+	w.Settle, w.MinInterval, w.FirstSettle = time.Millisecond, 20*time.Millisecond, time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()

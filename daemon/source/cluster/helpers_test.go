@@ -149,7 +149,7 @@ func start(t *testing.T, client *fake.Clientset, opts Options, tune func(*Source
 
 func fastWriter(s *Source) {
 	if s.writer != nil {
-		s.writer.Settle, s.writer.MinInterval = 10*time.Millisecond, 0
+		s.writer.Settle, s.writer.MinInterval, s.writer.FirstSettle = 10*time.Millisecond, 0, 10*time.Millisecond
 	}
 }
 
