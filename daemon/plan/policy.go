@@ -95,12 +95,7 @@ func Policy(sp *model.ServicePort, f model.Family, cfg Config) (PortPolicy, bool
 			p.LBIPs = append(p.LBIPs, ing.Addr)
 		}
 	}
-	var eps []model.Endpoint
-	for _, e := range sp.Endpoints {
-		if model.FamilyOf(e.Addr) == f {
-			eps = append(eps, e)
-		}
-	}
+	eps := filter(sp.Endpoints, func(e model.Endpoint) bool { return model.FamilyOf(e.Addr) == f })
 	external := p.IsExternal()
 	// External traffic needs the cluster endpoints even under eTP Local: traffic from the
 	// node itself short-circuits to them (kube-proxy's UsesClusterEndpoints).
@@ -235,7 +230,18 @@ func availableForTopology(e model.Endpoint, mode string, cfg Config) bool {
 	return true
 }
 
+// filter returns the endpoints keep keeps: eps itself when it keeps them all (the usual
+// case, and a plan filters 100,000 endpoints), so the result is only ever read.
 func filter(eps []model.Endpoint, keep func(model.Endpoint) bool) []model.Endpoint {
+	all := true
+	for _, e := range eps {
+		if all = keep(e); !all {
+			break
+		}
+	}
+	if all {
+		return eps
+	}
 	var out []model.Endpoint
 	for _, e := range eps {
 		if keep(e) {
