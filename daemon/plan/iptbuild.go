@@ -42,7 +42,7 @@ var IptHookComments = []string{commentPortals, commentExternal, commentFirewall,
 
 func iptHash(s string) string {
 	h := sha256.Sum256([]byte(s))
-	return base32.StdEncoding.EncodeToString(h[:])[:16]
+	return base32.StdEncoding.EncodeToString(h[:10]) // its first 16 characters: 10 bytes
 }
 
 func iptPortChain(kind string, n model.ServicePortName) string {
