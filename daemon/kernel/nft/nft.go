@@ -218,10 +218,10 @@ func (b *batch) addRules(c *plan.Chain) error {
 
 // full rewrites the whole table in place: existing sets are reused (so affinity entries
 // survive), every chain and map is flushed and refilled (rule counters restart), and
-// whatever the kernel holds beyond the plan is deleted. The batch is atomic for packets only so: a
-// table deleted and created again in one batch is not, its base chains' hooks come and go
-// separately, and for a moment packets meet a half-made table. recreate (or a set that
-// changed type) does that nevertheless.
+// whatever the kernel holds beyond the plan is deleted. The batch is atomic for packets
+// only so: a table deleted and created again in one batch is not, its base chains' hooks
+// come and go separately, and for a moment packets meet a half-made table. recreate (or a
+// set that changed type) does that nevertheless.
 //
 // prev is the table the last successful apply left, nil if none did in this process.
 // The plan has no named objects, but earlier builds of edgegate gave every endpoint a

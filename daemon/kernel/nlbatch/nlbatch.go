@@ -154,7 +154,12 @@ func (s *Socket) send(msgs []netlink.Message) error {
 		s.open = &socketFD{fd}
 		runtime.AddCleanup(s.open, func(fd int) { unix.Close(fd) }, fd)
 	}
-	return send(s.open.fd, msgs)
+	err := send(s.open.fd, msgs)
+	if err != nil {
+		// Replies the failure left unread would answer the next batch: start afresh.
+		s.open = nil
+	}
+	return err
 }
 
 func openSocket() (int, error) {
