@@ -319,3 +319,24 @@ func TestSourceReportsOwnNodeMarkedForRemoval(t *testing.T) {
 		t.Errorf("OwnNode after the taint: %v", own)
 	}
 }
+
+// TestSlimSliceKeepsWhatTheProxyReads: the transform drops Pod references, hostnames and
+// field ownership, and keeps what the tracker reads of an endpoint.
+func TestSlimSliceKeepsWhatTheProxyReads(t *testing.T) {
+	zone, host := "z1", "web-0"
+	es := mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080,
+		mt.EP("10.244.1.5", mt.OnNode("n1"), mt.ZoneHints("z1"), mt.Terminating(true)))
+	es.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}}
+	es.Endpoints[0].Zone, es.Endpoints[0].Hostname = &zone, &host
+	es.Endpoints[0].TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web-0", UID: "u-1"}
+	want := es.DeepCopy()
+	want.ManagedFields = nil
+	want.Endpoints[0].TargetRef, want.Endpoints[0].Hostname = nil, nil
+	got, err := slimSlice(es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("slimmed slice (-want +got):\n%s", diff)
+	}
+}
