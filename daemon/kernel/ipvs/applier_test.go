@@ -215,6 +215,34 @@ func TestSilentFailureIsAnError(t *testing.T) {
 	}
 }
 
+// TestRealServerReadBackSamples: an apply that changes the real servers of 600 virtual
+// servers reads back a spread of readBackDests of them, and that still finds real servers
+// the kernel did not take.
+func TestRealServerReadBackSamples(t *testing.T) {
+	f := newFixture(t)
+	var objs []any
+	for i := range 300 { // a ClusterIP and a node port virtual server each
+		name := fmt.Sprintf("svc%03d", i)
+		objs = append(objs, mt.Service("default", name, fmt.Sprintf("10.96.%d.%d", 1+i/250, 1+i%250),
+			mt.Port("http", v1.ProtocolTCP, 80, 8080, int32(30000+i)), mt.Type(v1.ServiceTypeNodePort)),
+			mt.Slice("default", name+"-1", name, "http", v1.ProtocolTCP, 8080, mt.EP(fmt.Sprintf("10.200.3.%d", i%250+1))))
+	}
+	f.ipvs.SilentDests = true
+	_, err := f.a.Apply(f.plans(objs...), false)
+	if err == nil || !strings.Contains(err.Error(), "not in the kernel after it was programmed") {
+		t.Fatalf("real servers not taken: err %v", err)
+	}
+	reads := 0
+	for _, c := range f.ipvs.Calls {
+		if strings.HasPrefix(c, "GetDestinations") {
+			reads++
+		}
+	}
+	if reads > readBackDests {
+		t.Errorf("read back the real servers of %d virtual servers, want at most %d", reads, readBackDests)
+	}
+}
+
 func TestRealServerReadBack(t *testing.T) {
 	f := newFixture(t)
 	f.apply(false, web(), webV4(mt.EP("10.200.2.11")))

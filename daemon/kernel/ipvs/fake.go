@@ -24,8 +24,9 @@ type Fake struct {
 	// Fail, when it returns an error for a call ("NewService TCP  10.96.0.10:80"), makes
 	// the call fail with it.
 	Fail func(call string) error
-	// Silent makes changes return nil without doing anything.
-	Silent bool
+	// Silent makes changes return nil without doing anything; SilentDests only those of
+	// real servers.
+	Silent, SilentDests bool
 	// Mangle, if set, changes each virtual server before it is stored.
 	Mangle func(*Service)
 }
@@ -201,7 +202,7 @@ func (f *Fake) dest(call string, s Service, d Destination, fn func(e *fakeEntry,
 	if err := f.call(call, s.VSKey, "->", d.AddrPort(), d.Weight); err != nil {
 		return err
 	}
-	if f.Silent {
+	if f.Silent || f.SilentDests {
 		return nil
 	}
 	e := f.services[s.VSKey]

@@ -289,6 +289,12 @@ func (s *applyPass) draining(k plan.VSKey) {
 	s.st.Draining++
 }
 
+// readBackDests bounds the virtual servers whose real servers an apply reads back, spread
+// evenly over those it changed: a change the kernel does not take fails for all alike
+// (ip_vs missing, values stored otherwise), and reading back each of 10,000 was a quarter
+// of a full sync's requests, a netlink round trip each.
+const readBackDests = 256
+
 // readBack verifies what this apply changed: moby/ipvs reports success for changes that
 // never happened when ip_vs is missing, and the kernel may store other values than it was
 // given.
@@ -320,7 +326,10 @@ func (s *applyPass) readBack() {
 			}
 		}
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(s.destCheck), plan.VSKey.Compare) {
+	changed := slices.SortedFunc(maps.Keys(s.destCheck), plan.VSKey.Compare)
+	step := max(1, (len(changed)+readBackDests-1)/readBackDests)
+	for i := 0; i < len(changed); i += step {
+		k := changed[i]
 		ds, err := s.a.table.GetDestinations(toService(s.want[k]))
 		if err != nil {
 			s.fail(fmt.Errorf("read back: %w", err))
