@@ -17,7 +17,7 @@ const (
 	DefaultMinInterval = 30 * time.Second
 	// DefaultFirstSettle delays the first write: the sources' first sync asks for it just as
 	// the proxy programs its first full sync, and at 10,000 Services encoding the state took
-	// a quarter of a core for half a second of that sync.
+	// half a second of CPU in the middle of that sync (of two cores).
 	DefaultFirstSettle = 10 * time.Second
 )
 
