@@ -118,7 +118,12 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 }
 
 func endpointsFor(portName string, proto Protocol, eps []*discovery.EndpointSlice) ([]Endpoint, int64) {
-	var out []Endpoint
+	// Sized once: grown by append, a Service's endpoints held twice what they need.
+	n := 0
+	for _, s := range eps {
+		n += len(s.Endpoints)
+	}
+	out := make([]Endpoint, 0, n)
 	var trigger int64
 	for _, s := range eps {
 		if s.AddressType != discovery.AddressTypeIPv4 && s.AddressType != discovery.AddressTypeIPv6 {
@@ -166,6 +171,9 @@ func endpointsFor(portName string, proto Protocol, eps []*discovery.EndpointSlic
 	// The same endpoint can appear in two slices while the controller moves it; keep the
 	// first (a stable sort keeps slice order) so the result does not flap.
 	out = slices.CompactFunc(out, func(a, b Endpoint) bool { return a.Addr == b.Addr && a.Port == b.Port })
+	if len(out) == 0 {
+		return nil, trigger
+	}
 	return out, trigger
 }
 
@@ -184,15 +192,17 @@ func endpointOf(e discovery.Endpoint, a netip.Addr, port uint16) Endpoint {
 	if e.Zone != nil {
 		ep.Zone = *e.Zone
 	}
-	if e.Hints != nil {
+	if e.Hints != nil && len(e.Hints.ForZones)+len(e.Hints.ForNodes) > 0 {
+		h := &Hints{}
 		for _, z := range e.Hints.ForZones {
-			ep.ZoneHints = append(ep.ZoneHints, z.Name)
+			h.Zones = append(h.Zones, z.Name)
 		}
 		for _, n := range e.Hints.ForNodes {
-			ep.NodeHints = append(ep.NodeHints, n.Name)
+			h.Nodes = append(h.Nodes, n.Name)
 		}
-		slices.Sort(ep.ZoneHints)
-		slices.Sort(ep.NodeHints)
+		slices.Sort(h.Zones)
+		slices.Sort(h.Nodes)
+		ep.Hints = h
 	}
 	return ep
 }

@@ -73,7 +73,7 @@ func TestServicePortsEverything(t *testing.T) {
 		PreferSameZone:  true,
 		Endpoints: []model.Endpoint{
 			{Addr: netip.MustParseAddr("10.200.2.11"), Port: 8080, Ready: true, Serving: true, NodeName: "a", Zone: "z1"},
-			{Addr: netip.MustParseAddr("10.200.2.12"), Port: 8080, Ready: true, Serving: true, NodeName: "b", Zone: "z2", ZoneHints: []string{"z1", "z2"}},
+			{Addr: netip.MustParseAddr("10.200.2.12"), Port: 8080, Ready: true, Serving: true, NodeName: "b", Zone: "z2", Hints: &model.Hints{Zones: []string{"z1", "z2"}}},
 			{Addr: netip.MustParseAddr("fd00:200:2::11"), Port: 8080, Serving: true, Terminating: true},
 		},
 	}

@@ -3,6 +3,7 @@ package model
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -62,7 +63,7 @@ type Tracker struct {
 	mu       sync.Mutex
 	services map[ServiceName]*v1.Service
 	slices   map[sliceKey]*discovery.EndpointSlice
-	bySvc    map[ServiceName]map[sliceKey]struct{}
+	bySvc    map[ServiceName][]sliceKey // each sorted by name: a Service's slices in a stable order
 	dirty    map[ServiceName]struct{}
 	built    map[ServiceName][]*ServicePort
 	ports    map[ServicePortName]*ServicePort
@@ -76,7 +77,7 @@ func NewTracker() *Tracker {
 	return &Tracker{
 		services: map[ServiceName]*v1.Service{},
 		slices:   map[sliceKey]*discovery.EndpointSlice{},
-		bySvc:    map[ServiceName]map[sliceKey]struct{}{},
+		bySvc:    map[ServiceName][]sliceKey{},
 		dirty:    map[ServiceName]struct{}{},
 		built:    map[ServiceName][]*ServicePort{},
 		ports:    map[ServicePortName]*ServicePort{},
@@ -146,10 +147,9 @@ func (t *Tracker) upsertSlice(s *discovery.EndpointSlice) {
 	}
 	t.slices[k] = s
 	n := ServiceName{Namespace: s.Namespace, Name: s.Labels[ServiceNameLabel]}
-	if t.bySvc[n] == nil {
-		t.bySvc[n] = map[sliceKey]struct{}{}
+	if i, found := slices.BinarySearchFunc(t.bySvc[n], k, bySliceName); !found {
+		t.bySvc[n] = slices.Insert(t.bySvc[n], i, k)
 	}
-	t.bySvc[n][k] = struct{}{}
 	t.dirty[n] = struct{}{}
 	t.epEv++
 }
@@ -166,9 +166,14 @@ func (t *Tracker) DeleteSlice(namespace, name string) {
 	}
 }
 
+// bySliceName orders the slices of one Service (one namespace) by name.
+func bySliceName(a, b sliceKey) int { return strings.Compare(a.Name, b.Name) }
+
 func (t *Tracker) unlinkSlice(k sliceKey, s *discovery.EndpointSlice) {
 	n := ServiceName{Namespace: s.Namespace, Name: s.Labels[ServiceNameLabel]}
-	delete(t.bySvc[n], k)
+	if i, found := slices.BinarySearchFunc(t.bySvc[n], k, bySliceName); found {
+		t.bySvc[n] = slices.Delete(t.bySvc[n], i, i+1)
+	}
 	if len(t.bySvc[n]) == 0 {
 		delete(t.bySvc, n)
 	}
@@ -213,20 +218,7 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 	t.svcEv, t.epEv = 0, 0
 	for n := range t.dirty {
 		var eps []*discovery.EndpointSlice
-		keys := make([]sliceKey, 0, len(t.bySvc[n]))
-		for k := range t.bySvc[n] {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, func(a, b sliceKey) int {
-			if a.Name < b.Name {
-				return -1
-			}
-			if a.Name > b.Name {
-				return 1
-			}
-			return 0
-		})
-		for _, k := range keys {
+		for _, k := range t.bySvc[n] {
 			eps = append(eps, t.slices[k])
 		}
 		next := ServicePorts(t.services[n], eps)

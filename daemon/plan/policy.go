@@ -194,16 +194,16 @@ func topologyMode(eps []model.Endpoint, sp *model.ServicePort, cfg Config) strin
 		if !e.Ready {
 			continue
 		}
-		anyHints = anyHints || len(e.NodeHints) > 0 || len(e.ZoneHints) > 0
+		anyHints = anyHints || len(e.NodeHints()) > 0 || len(e.ZoneHints()) > 0
 		anyZoneField = anyZoneField || cfg.Zone != "" && e.Zone == cfg.Zone
-		if len(e.NodeHints) == 0 {
+		if len(e.NodeHints()) == 0 {
 			allNodeHints = false
-		} else if slices.Contains(e.NodeHints, cfg.NodeName) {
+		} else if slices.Contains(e.NodeHints(), cfg.NodeName) {
 			anyForNode = true
 		}
-		if len(e.ZoneHints) == 0 {
+		if len(e.ZoneHints()) == 0 {
 			allZoneHints = false
-		} else if slices.Contains(e.ZoneHints, cfg.Zone) {
+		} else if slices.Contains(e.ZoneHints(), cfg.Zone) {
 			anyForZone = true
 		}
 	}
@@ -221,9 +221,9 @@ func topologyMode(eps []model.Endpoint, sp *model.ServicePort, cfg Config) strin
 func availableForTopology(e model.Endpoint, mode string, cfg Config) bool {
 	switch mode {
 	case topoNode:
-		return slices.Contains(e.NodeHints, cfg.NodeName)
+		return slices.Contains(e.NodeHints(), cfg.NodeName)
 	case topoZone:
-		return slices.Contains(e.ZoneHints, cfg.Zone)
+		return slices.Contains(e.ZoneHints(), cfg.Zone)
 	case topoZoneField:
 		return e.Zone == cfg.Zone
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -121,14 +122,57 @@ func slim(obj any) (any, error) {
 
 // slimSlice is slim for an EndpointSlice, which also loses each endpoint's reference to
 // its Pod and its hostname: the proxy reads neither, and in a cluster of 100,000 endpoints
-// they are megabytes of strings in the informer's cache and in the offline cache.
+// they are megabytes of strings in the informer's cache and in the offline cache. What is
+// kept is kept tightly: the decoder grows a slice's endpoints by appending (room for 16
+// where there are 10), and gives every endpoint its own copy of its node's and zone's name.
 func slimSlice(obj any) (any, error) {
-	if es, ok := obj.(*discovery.EndpointSlice); ok {
-		for i := range es.Endpoints {
-			es.Endpoints[i].TargetRef, es.Endpoints[i].Hostname = nil, nil
-		}
+	return sliceNames.slim(obj)
+}
+
+// sliceNames shares node and zone names between the endpoints of every slice.
+var sliceNames = &sharedNames{m: map[string]*string{}}
+
+// sharedNames hands out one pointer per distinct name. The objects holding them are the
+// informer's, read and never written; a name's pointer outlives its place in the map.
+type sharedNames struct {
+	mu sync.Mutex
+	m  map[string]*string
+}
+
+// maxSharedNames bounds the map: a cluster has that many nodes and zones at most, and one
+// whose nodes come and go starts the map over rather than keep every name it has seen.
+const maxSharedNames = 1 << 14
+
+func (n *sharedNames) slim(obj any) (any, error) {
+	es, ok := obj.(*discovery.EndpointSlice)
+	if !ok {
+		return slim(obj)
 	}
-	return slim(obj)
+	if cap(es.Endpoints) > len(es.Endpoints) {
+		es.Endpoints = append(make([]discovery.Endpoint, 0, len(es.Endpoints)), es.Endpoints...)
+	}
+	n.mu.Lock()
+	for i := range es.Endpoints {
+		e := &es.Endpoints[i]
+		e.TargetRef, e.Hostname = nil, nil
+		e.NodeName, e.Zone = n.share(e.NodeName), n.share(e.Zone)
+	}
+	n.mu.Unlock()
+	return slim(es)
+}
+
+func (n *sharedNames) share(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	if q, ok := n.m[*p]; ok {
+		return q
+	}
+	if len(n.m) >= maxSharedNames {
+		clear(n.m)
+	}
+	n.m[*p] = p
+	return p
 }
 
 // routeNode keeps of a Node what routes and topology need. A Node's status carries images

@@ -340,3 +340,37 @@ func TestSlimSliceKeepsWhatTheProxyReads(t *testing.T) {
 		t.Errorf("slimmed slice (-want +got):\n%s", diff)
 	}
 }
+
+// TestSlimSliceSharesNames: endpoints on one node, in one slice or another, hold one copy of
+// its name, and a slice's endpoints take exactly the room they need.
+func TestSlimSliceSharesNames(t *testing.T) {
+	slice := func(name string, addrs ...string) *discovery.EndpointSlice {
+		es := mt.Slice("default", name, "web", "http", v1.ProtocolTCP, 8080)
+		for _, a := range addrs {
+			node, zone := "n1", "z1"
+			es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{a}, NodeName: &node, Zone: &zone})
+		}
+		return es
+	}
+	a, b := slice("web-1", "10.244.1.5", "10.244.1.6", "10.244.1.7"), slice("web-2", "10.244.1.8")
+	var out []discovery.Endpoint
+	for _, es := range []*discovery.EndpointSlice{a, b} {
+		got, err := slimSlice(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := got.(*discovery.EndpointSlice)
+		if cap(gs.Endpoints) != len(gs.Endpoints) {
+			t.Errorf("%s: room for %d endpoints, holds %d", gs.Name, cap(gs.Endpoints), len(gs.Endpoints))
+		}
+		out = append(out, gs.Endpoints...)
+	}
+	for _, e := range out[1:] {
+		if e.NodeName != out[0].NodeName || e.Zone != out[0].Zone {
+			t.Errorf("%s: node %p zone %p, want the first endpoint's %p %p", e.Addresses[0], e.NodeName, e.Zone, out[0].NodeName, out[0].Zone)
+		}
+		if *e.NodeName != "n1" || *e.Zone != "z1" {
+			t.Errorf("%s: node %q zone %q", e.Addresses[0], *e.NodeName, *e.Zone)
+		}
+	}
+}
