@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 )
@@ -20,7 +21,7 @@ import (
 // KernelState is what a namespace's kernel holds of the proxy modes, read through netlink
 // (the lab has no nft, iptables or ipvsadm binary to ask): the nftables tables with their
 // chains and the chains each rule jumps to, the IPVS virtual servers with their real
-// servers, and the links with their addresses.
+// servers, and the links with their addresses and local routes.
 type KernelState struct {
 	Tables []Table
 	// HasIPVS says whether the kernel has IPVS at all; IPVS lists its table then.
@@ -41,10 +42,12 @@ type Chain struct {
 	Jumps []string
 }
 
-// Link is a network interface; Addrs leave out IPv6 link-local addresses.
+// Link is a network interface; Addrs leave out IPv6 link-local addresses. Local are the
+// local-table routes through it that no address of it made (IPVS mode's VIPs).
 type Link struct {
 	Name, Type string
 	Addrs      []netip.Prefix
+	Local      []netip.Prefix
 }
 
 var familyNames = map[nftables.TableFamily]string{
@@ -127,9 +130,27 @@ func (h *Host) links() ([]Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("links of %s: %w", h.Name, err)
 	}
+	local := map[int][]netip.Prefix{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := n.nl.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL},
+			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
+		if err != nil {
+			return nil, fmt.Errorf("local routes of %s: %w", h.Name, err)
+		}
+		for _, r := range rs {
+			if r.Dst == nil || r.Protocol == unix.RTPROT_KERNEL {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+				ones, _ := r.Dst.Mask.Size()
+				local[r.LinkIndex] = append(local[r.LinkIndex], netip.PrefixFrom(ip.Unmap(), ones))
+			}
+		}
+	}
 	var out []Link
 	for _, l := range ls {
-		link := Link{Name: l.Attrs().Name, Type: l.Type()}
+		link := Link{Name: l.Attrs().Name, Type: l.Type(), Local: local[l.Attrs().Index]}
+		slices.SortFunc(link.Local, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 		as, err := n.nl.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {
 			return nil, fmt.Errorf("addresses of %s in %s: %w", link.Name, h.Name, err)
@@ -182,7 +203,7 @@ func (h *Host) FlushIPVS() error {
 
 // String renders the state one item a line, in the words of the stock tools: "table ip
 // edgegate", "chain EG-SERVICES", "jump EG-SERVICES", ipvsadm -Ln's lines, "link
-// edgegate-ipvs0 dummy" followed by its addresses.
+// edgegate-ipvs0 dummy" followed by its addresses and local routes.
 func (s KernelState) String() string {
 	var b strings.Builder
 	for _, t := range s.Tables {
@@ -201,6 +222,9 @@ func (s KernelState) String() string {
 		fmt.Fprintf(&b, "link %s %s\n", l.Name, l.Type)
 		for _, a := range l.Addrs {
 			fmt.Fprintf(&b, "  addr %s\n", a)
+		}
+		for _, a := range l.Local {
+			fmt.Fprintf(&b, "  local %s\n", a)
 		}
 	}
 	return b.String()

@@ -94,7 +94,7 @@ func iptablesOwned(s KernelState) []string {
 func ipvsOwned(s KernelState) []string {
 	out := s.TablesNamed("edgegate-ipvs")
 	if l, ok := s.Link("edgegate-ipvs0"); ok {
-		out = append(out, fmt.Sprintf("link %s %s %v", l.Name, l.Type, l.Addrs))
+		out = append(out, fmt.Sprintf("link %s %s %v local %v", l.Name, l.Type, l.Addrs, l.Local))
 	}
 	for _, e := range s.IPVS {
 		out = append(out, "virtual server "+e.VSKey.String())

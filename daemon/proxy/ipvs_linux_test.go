@@ -75,8 +75,8 @@ func TestIPVSDataplaneOnThisKernel(t *testing.T) {
 			if err != nil || !strings.Contains(ipvs.Format(entries, false), "TCP  10.96.0.10:80 rr\n  -> 10.200.2.11:8080") {
 				t.Errorf("IPVS table: %v\n%s", err, ipvs.Format(entries, false))
 			}
-			if out := inNetnsCmd(t, ns, "ip", "addr", "show", plan.IPVSInterface); !strings.Contains(out, "10.96.0.10/32") {
-				t.Errorf("dummy interface:\n%s", out)
+			if out := inNetnsCmd(t, ns, "ip", "route", "show", "table", "local", "dev", plan.IPVSInterface); !strings.Contains(out, "local 10.96.0.10 proto 69 scope host") {
+				t.Errorf("local routes through the dummy interface:\n%s", out)
 			}
 		}
 		if err := dp.Cleanup(); err != nil {

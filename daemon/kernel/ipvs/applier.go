@@ -13,10 +13,10 @@ import (
 )
 
 // Applier programs IPVS mode's plans: the auxiliary nftables tables, the dummy interface
-// and its addresses, and the virtual and real servers.
+// and the local routes of the VIPs through it, and the virtual and real servers.
 //
-// It owns only what is recognisably its own: virtual servers on an address of its dummy
-// interface, virtual servers on one of the node's other addresses whose port is in the
+// It owns only what is recognisably its own: virtual servers on a VIP local through its
+// dummy interface, virtual servers on one of the node's other addresses whose port is in the
 // node-port range, and those it programmed itself. Every other virtual server is left
 // alone. A full apply reads the kernel and repairs any difference; an incremental one
 // diffs against what the last apply left and reads only the virtual servers whose real
@@ -56,7 +56,7 @@ type Stats struct {
 	Services, Deleted int
 	// Destinations counts real servers added, changed or removed.
 	Destinations int
-	// Addresses counts dummy interface addresses added or removed.
+	// Addresses counts VIPs made local (or no longer) through the dummy interface.
 	Addresses int
 	// Draining counts real servers at weight 0 that still have connections.
 	Draining int

@@ -8,21 +8,23 @@ import (
 	"sync"
 )
 
-// Links is what IPVS mode needs of the kernel's interfaces: the dummy interface that holds
-// the VIPs, and the node's own addresses (for node ports); Netlink and FakeLinks
-// implement it.
+// Links is what IPVS mode needs of the kernel's interfaces: the dummy interface the VIPs
+// are local through, and the node's own addresses (for node ports); Netlink and FakeLinks
+// implement it. A VIP is made local by a local route through the dummy interface
+// (`ip route show table local dev edgegate-ipvs0`), which is what an address on it would
+// add, without the cost of the address (kube-proxy binds them as addresses to kube-ipvs0).
 type Links interface {
 	// EnsureDummy creates the dummy interface if it does not exist and sets it up. An
 	// interface of that name that is not a dummy is an error, never reused.
 	EnsureDummy(name string) error
 	// DeleteLink removes an interface; one that does not exist is no error.
 	DeleteLink(name string) error
-	// Addrs lists an interface's addresses without link-local ones (the kernel's own on
-	// an IPv6 interface); nil when the interface does not exist.
+	// Addrs lists the VIPs local through an interface, without link-local ones (the
+	// kernel's own on an IPv6 interface); nil when the interface does not exist.
 	Addrs(name string) ([]netip.Addr, error)
-	// AddAddr adds a host address (/32, /128; IPv6 without duplicate address detection).
+	// AddAddr makes a VIP local through the interface (a /32 or /128 local route).
 	AddAddr(name string, a netip.Addr) error
-	// DelAddr removes an address; one that is not there is no error.
+	// DelAddr makes a VIP no longer local; one that is not is no error.
 	DelAddr(name string, a netip.Addr) error
 	// NodeAddrs lists the addresses of every interface except the named one, sorted.
 	NodeAddrs(exclude string) ([]netip.Addr, error)

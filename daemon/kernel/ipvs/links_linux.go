@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/kernel/route"
 )
 
 // Netlink is the Links of the kernel, through rtnetlink. The socket is opened at first use,
@@ -80,8 +82,7 @@ func (n *Netlink) EnsureDummy(name string) error {
 	if l.Type() != "dummy" {
 		return fmt.Errorf("interface %s exists and is a %s, not a dummy: not using it", name, l.Type())
 	}
-	// Up, so that IPv6 addresses on it are usable; the VIPs are /32 and /128, so no
-	// subnet route ever points at it.
+	// Up: the kernel takes IPv6 routes only through an interface that is up.
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		if err := n.h.LinkSetUp(l); err != nil {
 			return fmt.Errorf("set %s up: %w", name, err)
@@ -112,7 +113,8 @@ func fromNetlinkAddr(a netlink.Addr) (netip.Addr, bool) {
 	return ip.Unmap(), true
 }
 
-// Addrs implements Links.
+// Addrs implements Links: the destinations of the local routes through the interface,
+// which include the local routes of addresses on it (an earlier build bound VIPs so).
 func (n *Netlink) Addrs(name string) ([]netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -120,28 +122,46 @@ func (n *Netlink) Addrs(name string) ([]netip.Addr, error) {
 	if err != nil || l == nil {
 		return nil, err
 	}
-	as, err := n.h.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("addresses of %s: %w", name, err)
-	}
+	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, LinkIndex: l.Attrs().Index, Type: unix.RTN_LOCAL}
 	var out []netip.Addr
-	for _, a := range as {
-		if ip, ok := fromNetlinkAddr(a); ok && !ip.IsLinkLocalUnicast() {
-			out = append(out, ip)
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := n.h.RouteListFiltered(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF|netlink.RT_FILTER_TYPE)
+		if err != nil {
+			return nil, fmt.Errorf("local routes through %s: %w", name, err)
+		}
+		for _, r := range rs {
+			if r.Dst == nil {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(r.Dst.IP)
+			if ones, bits := r.Dst.Mask.Size(); ok && ones == bits && !ip.Unmap().IsLinkLocalUnicast() {
+				out = append(out, ip.Unmap())
+			}
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out, nil
 }
 
-func hostAddr(a netip.Addr) *netlink.Addr {
-	na := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
-	if a.Is6() {
-		// No duplicate address detection: a VIP is usable at once, and the same VIP on
-		// every node is intended. No prefix route either: the local route is enough.
-		na.Flags = unix.IFA_F_NODAD | unix.IFA_F_NOPREFIXROUTE
+// localRoute is the route that makes a VIP local: what an address on the interface would
+// add to the local table, without the address. The kernel keeps an interface's addresses
+// in a list it walks for every address added, so 30,000 VIPs as addresses took 13 s of
+// kernel time on the development machine (10,000: 1.0 s) and minutes in a QEMU guest; as
+// local routes, 30,000 take 0.4 s.
+func localRoute(l netlink.Link, a netip.Addr) *netlink.Route {
+	return &netlink.Route{
+		LinkIndex: l.Attrs().Index,
+		Dst:       &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())},
+		Table:     unix.RT_TABLE_LOCAL,
+		Type:      unix.RTN_LOCAL,
+		Scope:     netlink.SCOPE_HOST,
+		Protocol:  route.Protocol,
 	}
-	return na
+}
+
+// hostAddr is a VIP as an address, as an earlier build bound it: DelAddr removes those.
+func hostAddr(a netip.Addr) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
 }
 
 // AddAddr implements Links.
@@ -153,15 +173,15 @@ func (n *Netlink) AddAddr(name string, a netip.Addr) error {
 		return err
 	}
 	if l == nil {
-		return fmt.Errorf("add address %s to %s: no such interface", a, name)
+		return fmt.Errorf("add local route %s through %s: no such interface", a, name)
 	}
-	if err := n.h.AddrAdd(l, hostAddr(a)); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("add address %s to %s: %w", a, name, err)
+	if err := n.h.RouteAdd(localRoute(l, a)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add local route %s through %s: %w", a, name, err)
 	}
 	return nil
 }
 
-// DelAddr implements Links.
+// DelAddr implements Links: the local route, or the address an earlier build added.
 func (n *Netlink) DelAddr(name string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -171,6 +191,11 @@ func (n *Netlink) DelAddr(name string, a netip.Addr) error {
 	}
 	if err := n.h.AddrDel(l, hostAddr(a)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 		return fmt.Errorf("remove address %s from %s: %w", a, name, err)
+	}
+	r := localRoute(l, a)
+	r.Protocol = 0 // any: the route of an address is the kernel's
+	if err := n.h.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("remove local route %s through %s: %w", a, name, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +27,12 @@ func TestNetlinkAddresses(t *testing.T) {
 		if err := n.h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "egv0"}, PeerName: "egv1"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.AddAddr("egv1", netip.MustParseAddr("192.168.7.1")); err != nil {
+		if err := n.h.AddrAdd(mustLink(t, n, "egv1"), hostAddr(netip.MustParseAddr("192.168.7.1"))); err != nil {
+			t.Fatal(err)
+		}
+		// Up first, as EnsureDummy leaves the dummy: the kernel takes IPv6 routes only
+		// through an interface that is up.
+		if err := n.h.LinkSetUp(mustLink(t, n, "egv0")); err != nil {
 			t.Fatal(err)
 		}
 		vips := []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:96::10")}
@@ -38,17 +44,33 @@ func TestNetlinkAddresses(t *testing.T) {
 				t.Errorf("adding %s twice: %v", v, err)
 			}
 		}
-		if err := n.h.LinkSetUp(mustLink(t, n, "egv0")); err != nil {
+		// An address an earlier build bound is a VIP too, and goes the same way.
+		legacy := netip.MustParseAddr("10.96.0.11")
+		if err := n.h.AddrAdd(mustLink(t, n, "egv0"), hostAddr(legacy)); err != nil {
 			t.Fatal(err)
 		}
+		vips = append(vips[:1], legacy, vips[1])
 		got, err := n.Addrs("egv0")
-		if err != nil || len(got) != 2 || got[0] != vips[0] || got[1] != vips[1] {
+		if err != nil || !slices.Equal(got, vips) {
 			t.Errorf("Addrs(egv0) = %v, %v; want %v (the kernel's link-local address left out)", got, err, vips)
 		}
-		out, _ := exec.Command("ip", "-n", ns, "addr", "show", "dev", "egv0").CombinedOutput()
-		for _, want := range []string{"inet 10.96.0.10/32", "inet6 fd00:96::10/128", "nodad", "noprefixroute"} {
-			if !strings.Contains(string(out), want) {
-				t.Errorf("ip addr show lacks %q:\n%s", want, out)
+		for _, c := range [][]string{{"-4", "route", "show", "table", "local", "dev", "egv0"}, {"-6", "route", "show", "table", "local", "dev", "egv0"}} {
+			out, _ := exec.Command("ip", append([]string{"-n", ns}, c...)...).CombinedOutput()
+			for _, want := range []string{"local 10.96.0.10 proto 69 scope host", "local fd00:96::10 proto 69 metric 1024"} {
+				if strings.Contains(want, ":") == (c[0] == "-6") && !strings.Contains(string(out), want) {
+					t.Errorf("ip %s lacks %q:\n%s", strings.Join(c, " "), want, out)
+				}
+			}
+		}
+		if out, _ := exec.Command("ip", "-n", ns, "addr", "show", "dev", "egv0").CombinedOutput(); strings.Contains(string(out), "10.96.0.10") {
+			t.Errorf("a VIP became an address:\n%s", out)
+		}
+		// The kernel routes a VIP as local: traffic to it is delivered to this host,
+		// where IPVS takes it.
+		for _, v := range vips {
+			rs, err := n.h.RouteGet(v.AsSlice())
+			if err != nil || len(rs) != 1 || rs[0].Type != unix.RTN_LOCAL {
+				t.Errorf("route to %s: %+v, %v; want a local route", v, rs, err)
 			}
 		}
 		node, err := n.NodeAddrs("egv0")

@@ -73,12 +73,12 @@ func TestPID1IPVSMode(t *testing.T) {
 	if !ok {
 		t.Fatalf("no %s:\n%s", plan.IPVSInterface, st)
 	}
-	var addrs []string
-	for _, a := range dummy.Addrs {
-		addrs = append(addrs, a.String())
+	var local []string
+	for _, a := range dummy.Local {
+		local = append(local, a.String())
 	}
-	if want := []string{"10.96.7.10/32", "10.96.7.53/32"}; dummy.Type != "dummy" || !slices.Equal(addrs, want) {
-		t.Errorf("%s: %s with %v, want a dummy with %v", plan.IPVSInterface, dummy.Type, addrs, want)
+	if want := []string{"10.96.7.10/32", "10.96.7.53/32"}; dummy.Type != "dummy" || !slices.Equal(local, want) || len(dummy.Addrs) > 0 {
+		t.Errorf("%s: %s with local routes %v and addresses %v, want a dummy with local routes %v", plan.IPVSInterface, dummy.Type, local, dummy.Addrs, want)
 	}
 	for _, line := range []string{"table ip " + plan.IPVSTableName, "table ip6 " + plan.IPVSTableName} {
 		if !st.Has(line) {
