@@ -23,7 +23,7 @@ var installOnce sync.Once
 
 // needKernel fails under CI=true and skips elsewhere when the test cannot run: it needs
 // root and iptables-nft, which it installs with apt-get when missing.
-func needKernel(t *testing.T) {
+func needKernel(t testing.TB) {
 	t.Helper()
 	fail := t.Skipf
 	if os.Getenv("CI") == "true" {
@@ -46,7 +46,7 @@ func needKernel(t *testing.T) {
 }
 
 // inNetns runs fn inside a fresh network namespace once the iptables tools are there.
-func inNetns(t *testing.T, fn func(name string)) {
+func inNetns(t testing.TB, fn func(name string)) {
 	t.Helper()
 	needKernel(t)
 	kerneltest.InNetns(t, "egipt", fn)

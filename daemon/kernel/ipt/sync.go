@@ -104,7 +104,14 @@ type tableSync struct {
 	enc   encoder
 	want  *plan.IptTable
 	st    *Stats
+	// queued counts the rules queued on conn since it last handed them to the batch.
+	queued int
 }
+
+// flushEvery is how many rules google/nftables holds as messages before they join the
+// batch, which lays them out as the kernel reads them: held to the end, a full sync at
+// 10,000 Services kept every rule twice until it was sent.
+const flushEvery = 4096
 
 func (s *tableSync) chain(name string) *nftables.Chain {
 	return &nftables.Chain{Name: name, Table: s.table}
@@ -121,6 +128,12 @@ func (s *tableSync) addRules(c *plan.IptChain) error {
 	}
 	s.st.Chains++
 	s.st.Rules += len(c.Rules)
+	if s.queued += len(c.Rules); s.queued >= flushEvery {
+		s.queued = 0
+		if err := s.conn.Flush(); err != nil {
+			return fmt.Errorf("encode the batch: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -2,13 +2,13 @@ package nft
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -48,7 +48,8 @@ func benchSnapshot(services, endpoints int) *model.Snapshot {
 // BenchmarkFullSync is one full sync, planning and the transaction, at the sizes of issue
 // 10: "first" into an empty namespace (a daemon's start), "again" over the table it made
 // (the periodic full sync, which reads the kernel's objects first). With -cpuprofile it
-// shows where edgegate's time goes; the kernel's share needs perf.
+// shows where edgegate's time goes; the kernel's share needs perf. peak-heap-MB is the
+// largest heap seen during a sync.
 func BenchmarkFullSync(b *testing.B) {
 	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}, {5000, 50}} {
 		snap := benchSnapshot(size.services, size.endpoints)
@@ -61,26 +62,14 @@ func BenchmarkFullSync(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				inNetns(b, func(string) {
 					k := New()
-					var cpu time.Duration
-					n := 0
-					for b.Loop() {
-						n++
-						if !again {
-							b.StopTimer()
-							if err := k.Cleanup(); err != nil {
-								b.Fatal(err)
-							}
-							b.StartTimer()
-						}
-						before := cpuTime(b)
-						if _, err := k.Apply([]*plan.Table{plan.NFT(snap, model.IPv4, cfg)}, true); err != nil {
-							b.Fatal(err)
-						}
-						cpu += cpuTime(b) - before
+					reset := k.Cleanup
+					if again {
+						reset = nil
 					}
-					if n > 0 {
-						b.ReportMetric(float64(cpu)/float64(n)/1e6, "cpu-ms/op")
-					}
+					kerneltest.SyncLoop(b, reset, func() error {
+						_, err := k.Apply([]*plan.Table{plan.NFT(snap, model.IPv4, cfg)}, true)
+						return err
+					})
 				})
 			})
 		}
@@ -112,7 +101,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 					b.Fatal(err)
 				}
 				i := 0
-				cpu := cpuTime(b)
+				cpu := kerneltest.CPUTime(b)
 				for b.Loop() {
 					i++
 					tr.UpsertSlice(benchSlice(size.services-1, size.endpoints, i%2))
@@ -127,18 +116,8 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 	}
 }
 
-// cpuTime is the process's user and system CPU time so far: on a shared machine the
-// wall time per operation says little, the CPU it took does.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func reportCPU(b *testing.B, since time.Duration, ops int) {
 	if ops > 0 {
-		b.ReportMetric(float64(cpuTime(b)-since)/float64(ops)/1e6, "cpu-ms/op")
+		b.ReportMetric(float64(kerneltest.CPUTime(b)-since)/float64(ops)/1e6, "cpu-ms/op")
 	}
 }

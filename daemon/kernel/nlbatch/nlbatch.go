@@ -12,7 +12,9 @@
 // The library still encodes most messages: a Batch hands it a connection that records the
 // batch instead of sending it (its documented test hook, nltest), answering each receive
 // with an acknowledgement, and then sends the recorded batch itself. Messages encoded
-// elsewhere (the nftables backend's rules) join the batch in order through Add.
+// elsewhere (the nftables backend's rules) join the batch in order through Add. Each message
+// is laid out as the kernel reads it the moment it is recorded, so a batch is held once, not
+// as messages and again as the buffer sent.
 package nlbatch
 
 import (
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -32,9 +35,9 @@ import (
 type Batch struct {
 	conn *nftables.Conn
 
-	mu       sync.Mutex
-	recorded []netlink.Message // without the batch's begin and end
-	sent     bool
+	mu   sync.Mutex
+	out  encoded // the batch's begin and what was recorded, encoded
+	sent bool
 }
 
 // New returns an empty batch. Queue messages on Conn, then Send.
@@ -62,7 +65,9 @@ func (b *Batch) record(req []netlink.Message) ([]netlink.Message, error) {
 		if len(req) < 2 || req[0].Header.Type != unix.NFNL_MSG_BATCH_BEGIN || req[len(req)-1].Header.Type != unix.NFNL_MSG_BATCH_END {
 			return nil, errors.New("nlbatch: a flush without its batch begin and end")
 		}
-		b.recorded = append(b.recorded, req[1:len(req)-1]...)
+		for _, m := range req[1 : len(req)-1] {
+			b.out.write(m.Header.Type, m.Header.Flags, m.Data)
+		}
 	}
 	return []netlink.Message{{
 		Header: netlink.Header{Type: netlink.Error},
@@ -77,7 +82,7 @@ func (b *Batch) Add(m netlink.Message) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.recorded = append(b.recorded, m)
+	b.out.write(m.Header.Type, m.Header.Flags, m.Data)
 	return nil
 }
 
@@ -101,9 +106,9 @@ func (b *Batch) Send(s *Socket) error {
 	return s.send(msgs)
 }
 
-// take ends the batch: its messages in order between a begin and an end message, nil
-// when nothing was queued.
-func (b *Batch) take() ([]netlink.Message, error) {
+// take ends the batch: its messages in order between a begin and an end message, only the
+// last before the end asking for an acknowledgement; nil when nothing was queued.
+func (b *Batch) take() (*encoded, error) {
 	if err := b.conn.Flush(); err != nil {
 		return nil, fmt.Errorf("encode the batch: %w", err)
 	}
@@ -112,12 +117,92 @@ func (b *Batch) take() ([]netlink.Message, error) {
 	if b.sent {
 		return nil, errors.New("nlbatch: batch already sent")
 	}
-	msgs := b.recorded
-	b.sent, b.recorded = true, nil
-	if len(msgs) == 0 {
+	b.sent = true
+	out := b.out
+	b.out = encoded{}
+	if out.n == 0 {
 		return nil, nil
 	}
-	return append(append([]netlink.Message{batchMessage(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...), batchMessage(unix.NFNL_MSG_BATCH_END)), nil
+	out.end()
+	return &out, nil
+}
+
+// encoded is a batch laid out as the kernel reads it: the messages numbered from 1 (the
+// batch begin) with headers of their own, in chunks that sendmsg gathers (at most
+// maxChunks, UIO_MAXIOV).
+type encoded struct {
+	chunks [][]byte
+	size   int // bytes in all chunks
+	n      int // messages written; the last one's sequence number
+	// lastChunk and lastOff locate the header of the last message written.
+	lastChunk, lastOff int
+}
+
+const (
+	minChunk  = 64 << 10
+	maxChunk  = 8 << 20
+	maxChunks = 1024
+)
+
+// write appends a message, numbered next, asking for neither acknowledgement nor echo
+// (google/nftables asks for an echo of every rule, to learn its handle, which would queue
+// a copy of each rule for edgegate to read; it uses none). The batch begin comes first.
+func (e *encoded) write(typ netlink.HeaderType, flags netlink.HeaderFlags, data []byte) {
+	if e.n == 0 && typ != netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN) {
+		begin := batchMessage(unix.NFNL_MSG_BATCH_BEGIN)
+		e.write(begin.Header.Type, begin.Header.Flags, begin.Data)
+	}
+	n := 16 + len(data)
+	cur := len(e.chunks) - 1
+	if cur < 0 || cap(e.chunks[cur])-len(e.chunks[cur]) < align(n) {
+		// Chunks grow with the batch: a one-rule sync takes 64 KiB, a full one 8 MiB
+		// chunks, and a batch of 8 GiB still fits maxChunks.
+		e.chunks = append(e.chunks, make([]byte, 0, max(align(n), min(max(e.size, minChunk), maxChunk))))
+		cur++
+	}
+	c := e.chunks[cur]
+	e.lastChunk, e.lastOff = cur, len(c)
+	e.n++
+	c = binary.NativeEndian.AppendUint32(c, uint32(n))
+	c = binary.NativeEndian.AppendUint16(c, uint16(typ))
+	c = binary.NativeEndian.AppendUint16(c, uint16(flags&^(netlink.Acknowledge|netlink.Echo)))
+	c = binary.NativeEndian.AppendUint32(c, uint32(e.n))
+	c = binary.NativeEndian.AppendUint32(c, 0)
+	c = append(c, data...)
+	c = append(c, make([]byte, align(n)-n)...)
+	e.chunks[cur] = c
+	e.size += align(n)
+}
+
+// end has the last message ask for the acknowledgement that says the batch was read to
+// its end, and appends the batch end.
+func (e *encoded) end() {
+	flags := e.chunks[e.lastChunk][e.lastOff+6:]
+	binary.NativeEndian.PutUint16(flags, binary.NativeEndian.Uint16(flags)|uint16(netlink.Acknowledge))
+	end := batchMessage(unix.NFNL_MSG_BATCH_END)
+	e.write(end.Header.Type, end.Header.Flags, end.Data)
+}
+
+// last is the sequence number of the message that asks for the acknowledgement.
+func (e *encoded) last() uint32 { return uint32(e.n - 1) }
+
+// message returns the message numbered seq, nil when there is none.
+func (e *encoded) message(seq uint32) *netlink.Message {
+	var i uint32
+	for _, c := range e.chunks {
+		for len(c) >= 16 {
+			n := int(binary.NativeEndian.Uint32(c))
+			if i++; i == seq {
+				return &netlink.Message{
+					Header: netlink.Header{Type: netlink.HeaderType(binary.NativeEndian.Uint16(c[4:])),
+						Flags: netlink.HeaderFlags(binary.NativeEndian.Uint16(c[6:])), Sequence: seq},
+					Data: c[16:n],
+				}
+			}
+			c = c[min(align(n), len(c)):]
+		}
+	}
+	return nil
 }
 
 // batchMessage is the begin or end of a batch of nftables messages.
@@ -143,7 +228,7 @@ type Socket struct {
 
 type socketFD struct{ fd int }
 
-func (s *Socket) send(msgs []netlink.Message) error {
+func (s *Socket) send(msgs *encoded) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open == nil {
@@ -194,19 +279,22 @@ const maxErrors = 5
 // closeLater closes a one-batch socket without waiting for its release (see Socket).
 func closeLater(fd int) { go unix.Close(fd) }
 
-// send writes msgs (begin, the messages, end) in one sendmsg on fd and reads the replies
-// the kernel queued while processing it: all of them, so fd is empty for the next batch.
-func send(fd int, msgs []netlink.Message) error {
-	buf, last := encode(msgs)
+// send writes the batch in one sendmsg on fd and reads the replies the kernel queued
+// while processing it: all of them, so fd is empty for the next batch.
+func send(fd int, msgs *encoded) error {
 	// The batch must fit the send buffer whole; FORCE (root) passes net.core.wmem_max.
-	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, len(buf)+4096); err != nil {
-		return fmt.Errorf("netlink send buffer of %d bytes: %w", len(buf), err)
+	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, msgs.size+4096); err != nil {
+		return fmt.Errorf("netlink send buffer of %d bytes: %w", msgs.size, err)
 	}
-	if err := unix.Sendto(fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("send the batch (%d messages, %d bytes): %w", len(msgs), len(buf), err)
+	bufs := msgs.chunks
+	if len(bufs) > maxChunks {
+		bufs = [][]byte{slices.Concat(bufs...)}
+	}
+	if _, err := unix.SendmsgBuffers(fd, bufs, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
+		return fmt.Errorf("send the batch (%d messages, %d bytes): %w", msgs.n, msgs.size, err)
 	}
 	// The kernel processed the batch inside sendmsg: every reply is queued by now.
-	return readReplies(fd, msgs, last)
+	return readReplies(fd, msgs)
 }
 
 func setBuffer(fd, force, plain, size int) error {
@@ -216,43 +304,13 @@ func setBuffer(fd, force, plain, size int) error {
 	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size)
 }
 
-// encode lays the messages out as the kernel reads them, numbered 1..n, with only the last
-// message before the batch end asking for an acknowledgement and none for an echo. It returns that message's
-// sequence number.
-func encode(msgs []netlink.Message) ([]byte, uint32) {
-	size := 0
-	for _, m := range msgs {
-		size += align(16 + len(m.Data))
-	}
-	buf := make([]byte, size)
-	last := uint32(len(msgs) - 1)
-	off := 0
-	for i, m := range msgs {
-		n := 16 + len(m.Data)
-		// google/nftables also asks for an echo of every rule (to learn its handle),
-		// which would queue a copy of each rule for edgegate to read; it uses none.
-		flags := m.Header.Flags &^ (netlink.Acknowledge | netlink.Echo)
-		seq := uint32(i + 1)
-		if seq == last {
-			flags |= netlink.Acknowledge
-		}
-		binary.NativeEndian.PutUint32(buf[off:], uint32(n))
-		binary.NativeEndian.PutUint16(buf[off+4:], uint16(m.Header.Type))
-		binary.NativeEndian.PutUint16(buf[off+6:], uint16(flags))
-		binary.NativeEndian.PutUint32(buf[off+8:], seq)
-		binary.NativeEndian.PutUint32(buf[off+12:], 0)
-		copy(buf[off+16:], m.Data)
-		off += align(n)
-	}
-	return buf, last
-}
-
 func align(n int) int { return (n + 3) &^ 3 }
 
 // readReplies drains the socket without waiting: the acknowledgement of message last, and
 // an error for each refused message (or for the batch as a whole, numbered 1: the kernel
 // ran out of memory or could not commit).
-func readReplies(fd int, msgs []netlink.Message, last uint32) error {
+func readReplies(fd int, msgs *encoded) error {
+	last := msgs.last()
 	var errs []string
 	acked, overflow, refused := false, false, 0
 	rbuf := make([]byte, 64<<10)
@@ -296,7 +354,7 @@ func readReplies(fd int, msgs []netlink.Message, last uint32) error {
 	case len(errs) > 0:
 		return fmt.Errorf("the kernel refused the batch: %s", strings.Join(errs, "; "))
 	case !acked:
-		return fmt.Errorf("the kernel did not acknowledge the batch's last message (%d messages)", len(msgs))
+		return fmt.Errorf("the kernel did not acknowledge the batch's last message (%d messages)", msgs.n)
 	}
 	return nil
 }
@@ -351,11 +409,11 @@ func extackMessage(b []byte) string {
 }
 
 // describe names the message an error refers to: its kind and the object it names.
-func describe(msgs []netlink.Message, r reply) string {
+func describe(msgs *encoded, r reply) string {
 	errno := unix.Errno(-r.code)
 	what := "the batch"
-	if i := int(r.seq) - 1; i > 0 && i < len(msgs)-1 {
-		what = Describe(msgs[i])
+	if m := msgs.message(r.seq); m != nil && r.seq > 1 && int(r.seq) < msgs.n {
+		what = Describe(*m)
 	}
 	s := fmt.Sprintf("%s: %v", what, errno)
 	if r.reason != "" {
