@@ -8,7 +8,6 @@
 package qemu
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -98,6 +97,28 @@ type Line struct {
 	At time.Duration
 	// N is its index in the console (VM.Lines).
 	N int
+	// arrived holds where in Text each read of the console began and when: a line can be
+	// written in parts seconds apart (SeaBIOS's "Booting from ROM..", then PID 1's first
+	// line with no line break between them).
+	arrived []arrival
+}
+
+type arrival struct {
+	off int
+	at  time.Duration
+}
+
+// ArrivedAt is when the byte at offset i of Text arrived: At for a line that came in one
+// read, earlier for the first parts of one that came in several.
+func (l Line) ArrivedAt(i int) time.Duration {
+	at := l.At
+	for _, a := range l.arrived {
+		if a.off > i {
+			break
+		}
+		at = a.at
+	}
+	return at
 }
 
 // VM is a running QEMU.
@@ -300,23 +321,16 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 
 // read collects console lines until QEMU closes its output, then reaps QEMU.
 func (vm *VM) read(console io.Reader, echo func(string)) {
-	r := bufio.NewReader(console)
-	for {
-		text, err := r.ReadString('\n')
-		if text != "" {
-			text = strings.TrimRight(text, "\r\n")
-			if echo != nil {
-				echo(text)
-			}
-			vm.mu.Lock()
-			vm.lines = append(vm.lines, Line{Text: text, At: time.Since(vm.started), N: len(vm.lines)})
-			vm.changed.Broadcast()
-			vm.mu.Unlock()
+	scanLines(console, func() time.Duration { return time.Since(vm.started) }, func(l Line) {
+		if echo != nil {
+			echo(l.Text)
 		}
-		if err != nil {
-			break
-		}
-	}
+		vm.mu.Lock()
+		l.N = len(vm.lines)
+		vm.lines = append(vm.lines, l)
+		vm.changed.Broadcast()
+		vm.mu.Unlock()
+	})
 	err := vm.cmd.Wait()
 	vm.stopTimer()
 	vm.stopCtx()
@@ -330,6 +344,39 @@ func (vm *VM) read(console io.Reader, echo func(string)) {
 		vm.waitErr = err
 	}
 	vm.changed.Broadcast()
+}
+
+// scanLines splits console output into lines as it arrives, each timed by now() when its
+// end arrived and, for every read it spans, when that part did.
+func scanLines(console io.Reader, now func() time.Duration, emit func(Line)) {
+	buf := make([]byte, 64<<10)
+	var line []byte
+	var parts []arrival // where each read began in line, and when
+	flush := func(at time.Duration) {
+		emit(Line{Text: strings.TrimRight(string(line), "\r\n"), At: at, arrived: parts})
+		line, parts = line[:0], nil
+	}
+	for {
+		n, err := console.Read(buf)
+		at := now()
+		for data := buf[:n]; len(data) > 0; {
+			parts = append(parts, arrival{len(line), at})
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				line = append(line, data...)
+				break
+			}
+			line = append(line, data[:i+1]...)
+			flush(at)
+			data = data[i+1:]
+		}
+		if err != nil {
+			if len(line) > 0 {
+				flush(at)
+			}
+			return
+		}
+	}
 }
 
 // WaitFor blocks until a console line containing marker arrives and returns it. The

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -275,4 +276,71 @@ func TestUEFIVarsPersist(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Dir(vars)); len(entries) != 1 {
 		t.Errorf("the vars directory holds %d files, want only vars.fd", len(entries))
 	}
+}
+
+// TestLinesTimeTheirParts: a line written in parts seconds apart (SeaBIOS's "Booting from
+// ROM.." and, with no line break, PID 1's first line) dates each part by its arrival; a
+// line of one read is dated by its end, and several lines in one read share its time.
+func TestLinesTimeTheirParts(t *testing.T) {
+	var clock time.Duration
+	console := &timedReader{clock: &clock, chunks: []timedChunk{
+		{100 * time.Millisecond, "SeaBIOS\r\n"},
+		{350 * time.Millisecond, "Booting from ROM.."},
+		{3 * time.Second, "\x1bcEDGEGATE-BOOT-START\r\nEDGEGATE-MODULES-LOADED n=1\r\n"},
+		{4 * time.Second, "no end"},
+	}}
+	var lines []Line
+	scanLines(console, func() time.Duration { return clock }, func(l Line) { lines = append(lines, l) })
+	want := []struct {
+		text   string
+		marker string
+		at     time.Duration
+	}{
+		{"SeaBIOS", "SeaBIOS", 100 * time.Millisecond},
+		{"Booting from ROM..\x1bcEDGEGATE-BOOT-START", "Booting", 350 * time.Millisecond},
+		{"Booting from ROM..\x1bcEDGEGATE-BOOT-START", "EDGEGATE-BOOT-START", 3 * time.Second},
+		{"EDGEGATE-MODULES-LOADED n=1", "EDGEGATE", 3 * time.Second},
+		{"no end", "no", 4 * time.Second},
+	}
+	texts := []string{}
+	for _, l := range lines {
+		texts = append(texts, l.Text)
+	}
+	if len(lines) != 4 {
+		t.Fatalf("lines %q", texts)
+	}
+	for _, w := range want {
+		i := slices.IndexFunc(lines, func(l Line) bool { return l.Text == w.text })
+		if i < 0 {
+			t.Errorf("no line %q in %q", w.text, texts)
+			continue
+		}
+		if at := lines[i].ArrivedAt(strings.Index(w.text, w.marker)); at != w.at {
+			t.Errorf("%q in %q arrived at %v, want %v", w.marker, w.text, at, w.at)
+		}
+	}
+	if lines[1].At != 3*time.Second {
+		t.Errorf("the split line ended at %v, want 3s", lines[1].At)
+	}
+}
+
+// timedReader returns one chunk per Read, setting *clock to the chunk's time first.
+type timedReader struct {
+	clock  *time.Duration
+	chunks []timedChunk
+}
+
+type timedChunk struct {
+	at   time.Duration
+	text string
+}
+
+func (r *timedReader) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	c := r.chunks[0]
+	r.chunks = r.chunks[1:]
+	*r.clock = c.at
+	return copy(p, c.text), nil
 }

@@ -205,18 +205,20 @@ func bootOnce(ctx context.Context, o Options, b board.Board, kernel, initramfs s
 			r.Phases = append(r.Phases, Phase{name, at})
 		}
 	}
+	// One console line can hold several markers written seconds apart: x86's SeaBIOS ends
+	// "Booting from ROM.." without a line break, and the kernel (quiet) writes nothing
+	// until PID 1's first line. Each marker has the time its own bytes arrived.
+	markers := []struct{ text, phase string }{
+		{"SeaBIOS", PhaseFirmware}, {"Booting from ROM", PhaseKernelROM}, {"EDGEGATE-BOOT-START", PhasePID1},
+		{"EDGEGATE-MODULES-LOADED", PhaseModules}, {"EDGEGATE-NET-UP ", PhaseNetwork},
+	}
 	for _, l := range vm.Lines()[:ready.N] {
+		for _, m := range markers {
+			if i := strings.Index(l.Text, m.text); i >= 0 {
+				add(m.phase, l.ArrivedAt(i))
+			}
+		}
 		switch {
-		case strings.Contains(l.Text, "SeaBIOS"):
-			add(PhaseFirmware, l.At)
-		case strings.Contains(l.Text, "Booting from ROM"):
-			add(PhaseKernelROM, l.At)
-		case strings.Contains(l.Text, "EDGEGATE-BOOT-START"):
-			add(PhasePID1, l.At)
-		case strings.Contains(l.Text, "EDGEGATE-MODULES-LOADED"):
-			add(PhaseModules, l.At)
-		case strings.Contains(l.Text, "EDGEGATE-NET-UP "):
-			add(PhaseNetwork, l.At)
 		case manifestsLine.MatchString(l.Text):
 			if n, _ := strconv.Atoi(manifestsLine.FindStringSubmatch(l.Text)[1]); n != o.Services {
 				return r, fmt.Errorf("the daemon loaded %d Services, want %d: %q", n, o.Services, l.Text)
