@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// WatchHeap samples the heap's objects (live and not yet swept) every millisecond into
+// watchHeap samples the heap's objects (live and not yet swept) every millisecond into
 // *peak, the largest seen, until stop is called: a benchmark's peak-heap-MB, what drives a
 // sync's peak RSS.
-func WatchHeap(peak *uint64) (stop func()) {
+func watchHeap(peak *uint64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -46,7 +46,7 @@ func SyncLoop(b *testing.B, reset func() error, apply func() error) {
 				b.Fatal(err)
 			}
 		}
-		stop := WatchHeap(&peak)
+		stop := watchHeap(&peak)
 		b.StartTimer()
 		before := CPUTime(b)
 		if err := apply(); err != nil {

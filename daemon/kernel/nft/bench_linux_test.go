@@ -14,37 +14,6 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-// benchObjects are services ClusterIP Services of endpoints endpoints each, every endpoint
-// on another node: the shape make bench creates in the apiserver.
-func benchObjects(services, endpoints int) []any {
-	objs := make([]any, 0, 2*services)
-	for i := range services {
-		name := fmt.Sprintf("svc-%05d", i)
-		ip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
-		objs = append(objs, mt.Service("bench", name, ip, mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
-			benchSlice(i, endpoints, 0))
-	}
-	return objs
-}
-
-// benchSlice is Service i's EndpointSlice, its first endpoint moved by shift.
-func benchSlice(i, endpoints, shift int) *discovery.EndpointSlice {
-	name := fmt.Sprintf("svc-%05d", i)
-	eps := make([]discovery.Endpoint, endpoints)
-	for j := range eps {
-		n := i*endpoints + j
-		if j == 0 {
-			n += shift << 21
-		}
-		eps[j] = mt.EP(fmt.Sprintf("10.%d.%d.%d", 64+n>>16, n>>8&255, n&255), mt.OnNode("other"))
-	}
-	return mt.Slice("bench", name+"-0", name, "http", v1.ProtocolTCP, 8080, eps...)
-}
-
-func benchSnapshot(services, endpoints int) *model.Snapshot {
-	return mt.Snapshot(benchObjects(services, endpoints)...)
-}
-
 // BenchmarkFullSync is one full sync, planning and the transaction, at the sizes of issue
 // 10: "first" into an empty namespace (a daemon's start), "again" over the table it made
 // (the periodic full sync, which reads the kernel's objects first). With -cpuprofile it
@@ -52,7 +21,7 @@ func benchSnapshot(services, endpoints int) *model.Snapshot {
 // largest heap seen during a sync.
 func BenchmarkFullSync(b *testing.B) {
 	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}, {5000, 50}} {
-		snap := benchSnapshot(size.services, size.endpoints)
+		snap := mt.Snapshot(mt.BenchObjects(size.services, size.endpoints)...)
 		cfg := plan.Config{NodeName: "gw"}
 		for _, again := range []bool{false, true} {
 			name := fmt.Sprintf("%dx%d/first", size.services, size.endpoints)
@@ -84,7 +53,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
 		b.Run(fmt.Sprintf("%dx%d", size.services, size.endpoints), func(b *testing.B) {
 			tr := model.NewTracker()
-			for _, o := range benchObjects(size.services, size.endpoints) {
+			for _, o := range mt.BenchObjects(size.services, size.endpoints) {
 				switch o := o.(type) {
 				case *v1.Service:
 					tr.UpsertService(o)
@@ -104,7 +73,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 				cpu := kerneltest.CPUTime(b)
 				for b.Loop() {
 					i++
-					tr.UpsertSlice(benchSlice(size.services-1, size.endpoints, i%2))
+					tr.UpsertSlice(mt.BenchSlice(size.services-1, size.endpoints, i%2))
 					snap, _ := tr.Snapshot()
 					if _, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, false); err != nil {
 						b.Fatal(err)

@@ -3,6 +3,7 @@
 package modeltest
 
 import (
+	"fmt"
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
@@ -202,4 +203,32 @@ func Snapshot(objs ...any) *model.Snapshot {
 	}
 	s, _ := t.Snapshot()
 	return s
+}
+
+// BenchObjects are services ClusterIP Services of endpoints endpoints each, every endpoint
+// on another node: the shape make bench creates in the apiserver, for the backends'
+// benchmarks.
+func BenchObjects(services, endpoints int) []any {
+	objs := make([]any, 0, 2*services)
+	for i := range services {
+		name := fmt.Sprintf("svc-%05d", i)
+		ip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
+		objs = append(objs, Service("bench", name, ip, Port("http", v1.ProtocolTCP, 80, 8080, 0)),
+			BenchSlice(i, endpoints, 0))
+	}
+	return objs
+}
+
+// BenchSlice is BenchObjects' EndpointSlice of Service i, its first endpoint moved by shift.
+func BenchSlice(i, endpoints, shift int) *discovery.EndpointSlice {
+	name := fmt.Sprintf("svc-%05d", i)
+	eps := make([]discovery.Endpoint, endpoints)
+	for j := range eps {
+		n := i*endpoints + j
+		if j == 0 {
+			n += shift << 21
+		}
+		eps[j] = EP(fmt.Sprintf("10.%d.%d.%d", 64+n>>16, n>>8&255, n&255), OnNode("other"))
+	}
+	return Slice("bench", name+"-0", name, "http", v1.ProtocolTCP, 8080, eps...)
 }
