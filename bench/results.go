@@ -15,7 +15,7 @@ func (h *harness) newReport(began time.Time) *report {
 	for _, p := range h.programs {
 		progs = append(progs, p.Name)
 	}
-	minSync := "both programs' default (1s): a change waits for it when the last sync began less than 1s before"
+	minSync := "both programs' default (1s): a change waits while the last sync began less than 1s before (edgegate) or ended less than 1s before (kube-proxy)"
 	if h.minSync != "" {
 		minSync = h.minSync + " for both (-min-sync-period)"
 	}

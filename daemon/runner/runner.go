@@ -1,7 +1,8 @@
 // Package runner runs the proxy's sync function at a bounded frequency: bursts of change
-// events are coalesced into one sync, syncs are spaced by a minimum interval, a failed sync is
-// retried, and a periodic sync repairs drift even when nothing changes. It follows the idea of
-// kube-proxy's BoundedFrequencyRunner with an injected Clock.
+// events are coalesced into one sync, syncs start at most once per minimum interval, a failed
+// sync is retried, and a periodic sync repairs drift even when nothing changes. It follows the
+// idea of kube-proxy's BoundedFrequencyRunner with an injected Clock, with one difference in
+// how the minimum interval is counted (see New).
 package runner
 
 import (
@@ -30,10 +31,16 @@ type Runner struct {
 	wake    chan struct{}
 }
 
-// New returns a Runner for fn; name only labels panics. minInterval is the quiet time between the end of one run and the
-// start of the next; retryInterval is what Retry waits; maxInterval bounds the time between runs
-// when nothing triggers them. It panics when the intervals make no sense, as that is a
-// programming error.
+// New returns a Runner for fn; name only labels panics. Runs start at least minInterval apart,
+// and after each run the runner rests as long as that run took, up to minInterval, before the
+// next. kube-proxy's runner counts minInterval from the end of a run instead; that bounds the
+// rate of runs the same way (at most one per minInterval) and, for runs shorter than
+// minInterval, their share of the time the same way (at most half), but it delays a change
+// that arrives one interval after the last one by that run's length, and a steady stream of
+// such changes drifts by it on every run until each waits up to a whole interval. Counted from
+// the start, a change after a quiet interval runs at once. retryInterval is what Retry waits;
+// maxInterval bounds the time between runs when nothing triggers them. It panics when the
+// intervals make no sense, as that is a programming error.
 func New(name string, fn func(), minInterval, retryInterval, maxInterval time.Duration, clk Clock) *Runner {
 	switch {
 	case fn == nil || clk == nil:
@@ -91,14 +98,14 @@ func (r *Runner) Run(ctx context.Context) {
 	r.running.Lock()
 	defer r.running.Unlock()
 
-	var lastEnd time.Time // zero until the first run, so nothing delays it
+	var earliest time.Time // zero until the first run, so nothing delays it
 	periodicFrom := r.clk.Now()
 	for {
 		if ctx.Err() != nil {
 			return
 		}
 		now := r.clk.Now()
-		due := r.nextRun(lastEnd, periodicFrom)
+		due := r.nextRun(earliest, periodicFrom)
 		if now.Before(due) {
 			t := r.clk.NewTimer(due.Sub(now))
 			select {
@@ -117,21 +124,33 @@ func (r *Runner) Run(ctx context.Context) {
 		r.pending = false
 		r.retryAt = time.Time{}
 		r.mu.Unlock()
+		start := r.clk.Now()
 		r.fn()
-		lastEnd = r.clk.Now()
-		periodicFrom = lastEnd
+		end := r.clk.Now()
+		earliest = r.nextStart(start, end)
+		periodicFrom = end
 	}
 }
 
-// nextRun is the time the next run is due, given when the last one ended and when the
-// periodic interval started counting.
-func (r *Runner) nextRun(lastEnd, periodicFrom time.Time) time.Time {
+// nextStart is the earliest a triggered run may start after one that ran from start to end:
+// minInterval after its start, and not before a rest as long as it took, capped at
+// minInterval.
+func (r *Runner) nextStart(start, end time.Time) time.Time {
+	next := start.Add(r.minInterval)
+	if rested := end.Add(min(end.Sub(start), r.minInterval)); rested.After(next) {
+		next = rested
+	}
+	return next
+}
+
+// nextRun is the time the next run is due, given the earliest a triggered run may start and
+// when the periodic interval started counting.
+func (r *Runner) nextRun(earliest, periodicFrom time.Time) time.Time {
 	r.mu.Lock()
 	pending, retryAt := r.pending, r.retryAt
 	r.mu.Unlock()
 
 	due := periodicFrom.Add(r.maxInterval)
-	earliest := lastEnd.Add(r.minInterval)
 	if pending && earliest.Before(due) {
 		due = earliest
 	}

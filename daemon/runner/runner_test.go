@@ -99,7 +99,7 @@ func TestTriggersCoalesceIntoOneRun(t *testing.T) {
 	h.expectIdle(t0.Add(time.Second + time.Minute))
 }
 
-func TestMinIntervalCountsFromEndOfRun(t *testing.T) {
+func TestSlowRunIsFollowedByRestOfMinInterval(t *testing.T) {
 	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, n int) {
 		if n == 1 {
 			// A slow sync during which another change arrives.
@@ -115,6 +115,46 @@ func TestMinIntervalCountsFromEndOfRun(t *testing.T) {
 	h.expectIdle(t0.Add(4 * time.Second))
 	h.clk.Advance(time.Millisecond)
 	h.expectCall(t0.Add(4 * time.Second))
+}
+
+// A change a second with a one-second minimum interval: each runs when it arrives. Counted
+// from the end of the run, as kube-proxy counts, each would wait 100ms longer than the one
+// before.
+func TestMinIntervalCountsFromStartOfRun(t *testing.T) {
+	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, n int) {
+		h.clk.Advance(100 * time.Millisecond)
+	})
+	h.start()
+	h.r.Trigger()
+	h.expectCall(t0)
+	for i := 1; i <= 5; i++ {
+		h.expectIdle(t0.Add(time.Duration(i-1)*time.Second + 100*time.Millisecond + time.Minute))
+		h.clk.Advance(900 * time.Millisecond)
+		h.r.Trigger()
+		h.expectCall(t0.Add(time.Duration(i) * time.Second))
+	}
+	// A change within the interval waits for its end.
+	h.clk.Advance(400 * time.Millisecond)
+	h.r.Trigger()
+	h.expectIdle(t0.Add(6 * time.Second))
+	h.clk.Advance(500 * time.Millisecond)
+	h.expectCall(t0.Add(6 * time.Second))
+}
+
+// A run that takes more than half the interval is followed by a rest as long as itself.
+func TestRestAsLongAsTheRun(t *testing.T) {
+	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, n int) {
+		h.clk.Advance(600 * time.Millisecond)
+	})
+	h.start()
+	h.r.Trigger()
+	h.expectCall(t0)
+	h.r.Trigger()
+	h.expectIdle(t0.Add(1200 * time.Millisecond))
+	h.clk.Advance(599 * time.Millisecond)
+	h.expectIdle(t0.Add(1200 * time.Millisecond))
+	h.clk.Advance(time.Millisecond)
+	h.expectCall(t0.Add(1200 * time.Millisecond))
 }
 
 func TestPeriodicRunWithoutTriggers(t *testing.T) {
