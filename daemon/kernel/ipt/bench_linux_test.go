@@ -1,31 +1,35 @@
 package ipt
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
-	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 // BenchmarkFullSync is iptables mode's full sync into an empty namespace (a daemon's
-// start): planning both tables and the transaction. Besides the CPU it reports the
-// largest heap seen during the sync (peak-heap-MB, sampled every millisecond), what
-// drives the daemon's peak RSS; -memprofile says what allocated it.
+// start; "first") and over the same rules (the periodic full sync; "again"): planning both
+// tables and the transaction. Besides the CPU it reports the largest heap seen during the
+// sync (peak-heap-MB, sampled every millisecond), what drives the daemon's peak RSS;
+// -memprofile says what allocated it.
 func BenchmarkFullSync(b *testing.B) {
-	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
-		snap := mt.Snapshot(mt.BenchObjects(size.services, size.endpoints)...)
-		cfg := plan.Config{NodeName: "gw"}
-		b.Run(fmt.Sprintf("%dx%d", size.services, size.endpoints), func(b *testing.B) {
-			inNetns(b, func(string) {
-				k := New()
-				kerneltest.SyncLoop(b, k.Cleanup, func() error {
-					_, err := k.Apply([]*plan.IPTables{plan.IPT(snap, model.IPv4, cfg)}, true)
-					return err
-				})
-			})
+	cfg := plan.Config{NodeName: "gw"}
+	kerneltest.FullSyncBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, func(b *testing.B, snap *model.Snapshot, again bool) {
+		inNetns(b, func(string) {
+			k := New()
+			apply := func() error {
+				_, err := k.Apply([]*plan.IPTables{plan.IPT(snap, model.IPv4, cfg)}, true)
+				return err
+			}
+			reset := k.Cleanup
+			if again {
+				if err := apply(); err != nil {
+					b.Fatal(err)
+				}
+				reset = nil
+			}
+			kerneltest.SyncLoop(b, reset, apply)
 		})
-	}
+	})
 }

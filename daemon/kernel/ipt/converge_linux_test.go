@@ -182,6 +182,42 @@ func TestFullSyncRepairsTampering(t *testing.T) {
 	})
 }
 
+// TestFullSyncListsOnlyAfterForeignCommits: a full apply lists the tables' chains (slow
+// at scale) only when the nftables generation says that something else committed since the
+// last apply; otherwise it rewrites the chains it knows, with the same result.
+func TestFullSyncListsOnlyAfterForeignCommits(t *testing.T) {
+	plans := demoPlans(demoSnapshot(), demoConfig())
+	inNetns(t, func(ns string) {
+		foreign(t, ns)
+		k := New()
+		apply := func(full, wantListed bool, what string) {
+			t.Helper()
+			st, err := k.Apply(plans, full)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if st.Listed != wantListed {
+				t.Errorf("%s: listed %v, want %v", what, st.Listed, wantListed)
+			}
+		}
+		apply(true, true, "first apply")
+		want := ownedRules(t, ns)
+		apply(true, false, "full apply, nothing else committed")
+		apply(false, false, "partial apply")
+		apply(true, false, "full apply after a partial one")
+		for _, d := range diffOwned(ownedRules(t, ns), want) {
+			t.Errorf("after full applies that knew the chains: %s", d)
+		}
+		run(t, ns, "", "iptables-nft", "-t", "nat", "-N", "EG-INTRUDER")
+		apply(false, false, "partial apply after a foreign commit")
+		apply(true, true, "full apply after a foreign commit")
+		if out := save(t, ns, model.IPv4); strings.Contains(out, "EG-INTRUDER") {
+			t.Errorf("EG-INTRUDER survived the full apply:\n%s", out)
+		}
+		apply(true, false, "full apply after that")
+	})
+}
+
 // TestFailedApplyKeepsRules makes the kernel refuse a batch (DNAT is valid only in the nat
 // table) and checks that the rules of the last good apply stay and the next apply is full.
 func TestFailedApplyKeepsRules(t *testing.T) {

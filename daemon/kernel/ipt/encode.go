@@ -29,8 +29,7 @@ const reg1 = unix.NFT_REG_1
 func (e encoder) rule(r plan.IptRule) ([]expr.Any, error) {
 	var out []expr.Any
 	if r.Proto != 0 {
-		out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{r.Proto}})
+		out = append(out, e.proto(r.Proto)...)
 	}
 	for _, a := range []struct {
 		source bool
@@ -59,6 +58,12 @@ func (e encoder) rule(r plan.IptRule) ([]expr.Any, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// proto encodes -p.
+func (e encoder) proto(p uint8) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{p}}}
 }
 
 // addr encodes -s/-d as iptables-nft's add_addr does: a prefix of whole bytes loads and

@@ -42,6 +42,9 @@ type Stats struct {
 	Chains  int // chains written: edgegate chains added or rewritten, built-in chains whose edgegate rules were replaced
 	Rules   int // rules written
 	Deleted int // edgegate chains deleted
+	// Listed: a full apply listed the tables' chains, as something else had committed
+	// since the last apply (or it failed, or it is the first); otherwise it knew them.
+	Listed bool
 }
 
 // Kernel is the netlink-backed Ruleset for the current network namespace.
@@ -50,6 +53,11 @@ type Kernel struct {
 	applied map[model.Family]*plan.IPTables
 	dirty   bool
 	sock    nlbatch.Socket // opened by the first apply, in its network namespace
+	// gen is the nftables generation the last apply left; while the kernel still reports
+	// it and untouched is set, nobody has committed since, and edgegate's chains are
+	// exactly applied's.
+	gen       uint32
+	untouched bool
 }
 
 var _ Ruleset = (*Kernel)(nil)
@@ -112,7 +120,11 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 		}
 		byFamily[p.Family] = p
 	}
-	k.dirty = true
+	// Unless something else committed since the last apply, edgegate's chains are what it
+	// applied, and a full apply need not list them.
+	gen, genErr := nlbatch.Generation()
+	clean := !k.dirty && k.untouched && genErr == nil && gen == k.gen
+	k.dirty, k.untouched = true, false
 	for _, f := range families {
 		p := byFamily[f]
 		if p == nil {
@@ -128,8 +140,7 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 			if want == nil {
 				want = &plan.IptTable{Name: name}
 			}
-			ts := &tableSync{conn: conn, read: read, table: &nftables.Table{Name: name, Family: tableFamily(f)},
-				enc: encoder{family: f}, want: want, st: &st}
+			ts := newTableSync(nb, read, f, want, &st)
 			var prev *plan.IptTable
 			if old := k.applied[f]; !full && old != nil {
 				if prev = old.Table(name); prev == nil {
@@ -137,7 +148,17 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 				}
 			}
 			if prev == nil {
-				err = ts.full()
+				var known *plan.IptTable
+				if clean {
+					// A family the last apply left out has no edgegate chains.
+					if last := k.applied[f]; last != nil {
+						known = last.Table(name)
+					}
+					if known == nil {
+						known = &plan.IptTable{Name: name}
+					}
+				}
+				err = ts.full(known)
 			} else {
 				err = ts.partial(prev)
 			}
@@ -151,6 +172,11 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 	}
 	k.applied = byFamily
 	k.dirty = false
+	// The tables hold exactly what was applied if this apply read them whole (a full one
+	// that listed them) or knew them, and committed nothing but this batch, if anything.
+	after, err := nlbatch.Generation()
+	k.gen = after
+	k.untouched = err == nil && genErr == nil && (full || clean) && (after == gen || after == nlbatch.NextGeneration(gen))
 	return st, nil
 }
 

@@ -20,29 +20,20 @@ import (
 // shows where edgegate's time goes; the kernel's share needs perf. peak-heap-MB is the
 // largest heap seen during a sync.
 func BenchmarkFullSync(b *testing.B) {
-	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}, {5000, 50}} {
-		snap := mt.Snapshot(mt.BenchObjects(size.services, size.endpoints)...)
-		cfg := plan.Config{NodeName: "gw"}
-		for _, again := range []bool{false, true} {
-			name := fmt.Sprintf("%dx%d/first", size.services, size.endpoints)
+	cfg := plan.Config{NodeName: "gw"}
+	kerneltest.FullSyncBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}, {5000, 50}}, func(b *testing.B, snap *model.Snapshot, again bool) {
+		inNetns(b, func(string) {
+			k := New()
+			reset := k.Cleanup
 			if again {
-				name = fmt.Sprintf("%dx%d/again", size.services, size.endpoints)
+				reset = nil
 			}
-			b.Run(name, func(b *testing.B) {
-				inNetns(b, func(string) {
-					k := New()
-					reset := k.Cleanup
-					if again {
-						reset = nil
-					}
-					kerneltest.SyncLoop(b, reset, func() error {
-						_, err := k.Apply([]*plan.Table{plan.NFT(snap, model.IPv4, cfg)}, true)
-						return err
-					})
-				})
+			kerneltest.SyncLoop(b, reset, func() error {
+				_, err := k.Apply([]*plan.Table{plan.NFT(snap, model.IPv4, cfg)}, true)
+				return err
 			})
-		}
-	}
+		})
+	})
 }
 
 // BenchmarkOneEndpointChange is the sync after one endpoint of one Service changed, over a

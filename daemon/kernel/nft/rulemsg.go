@@ -2,7 +2,6 @@ package nft
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 
 	"github.com/google/nftables/expr"
@@ -10,6 +9,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgegate/edgegate/daemon/kernel/nlattr"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
@@ -26,7 +26,7 @@ type ruleWriter struct {
 	family byte // the table's nfproto
 	table  string
 	cache  map[any][]byte // NFTA_LIST_ELEM attributes of a statement (or part)
-	arena  []byte         // messages are laid out one after the other in it
+	arena  nlattr.Arena
 }
 
 // partStmt is some of a statement's expressions: [from, to), to < 0 for all after from.
@@ -41,33 +41,24 @@ func newRuleWriter(f model.Family, table string) *ruleWriter {
 
 // message encodes the message that appends r to chain.
 func (w *ruleWriter) message(chain string, r plan.Rule) (netlink.Message, error) {
-	if cap(w.arena)-len(w.arena) < 4096 {
-		w.arena = make([]byte, 0, 256<<10)
-	}
-	rest := w.arena[len(w.arena):]
-	b := append(rest, w.family, unix.NFNETLINK_V0, 0, 0) // struct nfgenmsg, res_id 0
-	b = appendAttr(b, unix.NFTA_RULE_TABLE, w.table, true)
-	b = appendAttr(b, unix.NFTA_RULE_CHAIN, chain, true)
-	b, exprs := beginNest(b)
+	b := nlattr.AppendRuleHead(w.arena.Begin(), w.family, w.table, chain)
+	b, exprs := nlattr.BeginNest(b)
 	for _, s := range r {
 		var err error
 		if b, err = w.stmt(b, s); err != nil {
 			return netlink.Message{}, err
 		}
 	}
-	b = endNest(b, exprs, unix.NFTA_RULE_EXPRESSIONS)
+	b = nlattr.EndNest(b, exprs, unix.NFTA_RULE_EXPRESSIONS)
 	if c, ok := r.Comment(); ok {
-		b = appendAttr(b, unix.NFTA_RULE_USERDATA, userdata.AppendString(nil, userdata.TypeComment, c), false)
-	}
-	if len(b) <= cap(rest) && &b[0] == &rest[:1][0] { // still in the arena
-		w.arena = w.arena[:len(w.arena)+len(b)]
+		b = nlattr.Append(b, unix.NFTA_RULE_USERDATA, userdata.AppendString(nil, userdata.TypeComment, c), false)
 	}
 	return netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE),
 			Flags: netlink.Request | netlink.Create | unix.NLM_F_APPEND,
 		},
-		Data: b[:len(b):len(b)],
+		Data: w.arena.End(b),
 	}, nil
 }
 
@@ -127,60 +118,23 @@ func (w *ruleWriter) cached(s plan.Stmt, from, to int) ([]byte, error) {
 	if to < 0 {
 		to = len(exprs)
 	}
-	var enc []byte
-	for _, e := range exprs[from:to] {
-		data, err := expr.Marshal(w.family, e)
-		if err != nil {
-			return nil, fmt.Errorf("%T: %w", e, err)
-		}
-		enc = appendAttr(enc, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, data, false)
+	enc, err := nlattr.AppendExprs(nil, w.family, exprs[from:to]...)
+	if err != nil {
+		return nil, err
 	}
 	w.cache[key] = enc
 	return enc, nil
 }
 
-// appendAttr appends a netlink attribute holding data (and a NUL), padded to 4 bytes, as
-// netlink.MarshalAttributes lays it out.
-func appendAttr[T string | []byte](b []byte, typ uint16, data T, nul bool) []byte {
-	n := 4 + len(data)
-	if nul {
-		n++
-	}
-	b = binary.NativeEndian.AppendUint16(b, uint16(n))
-	b = binary.NativeEndian.AppendUint16(b, typ)
-	b = append(b, data...)
-	if nul {
-		b = append(b, 0)
-	}
-	return pad(b)
-}
-
-func pad(b []byte) []byte {
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
-
-// beginNest appends the header of a nested attribute, endNest fills it in once its
-// attributes follow it.
-func beginNest(b []byte) ([]byte, int) { return append(b, 0, 0, 0, 0), len(b) }
-
-func endNest(b []byte, start int, typ uint16) []byte {
-	binary.NativeEndian.PutUint16(b[start:], uint16(len(b)-start))
-	binary.NativeEndian.PutUint16(b[start+2:], unix.NLA_F_NESTED|typ)
-	return b
-}
-
 // appendImmediate appends an immediate expression that loads data into register reg.
 func appendImmediate(b []byte, reg uint32, data []byte) []byte {
-	b, elem := beginNest(b)
-	b = appendAttr(b, unix.NFTA_EXPR_NAME, "immediate", true)
-	b, exprData := beginNest(b)
-	b = appendAttr(b, unix.NFTA_IMMEDIATE_DREG, binary.BigEndian.AppendUint32(make([]byte, 0, 4), reg), false)
-	b, value := beginNest(b)
-	b = appendAttr(b, unix.NFTA_DATA_VALUE, data, false)
-	b = endNest(b, value, unix.NFTA_IMMEDIATE_DATA)
-	b = endNest(b, exprData, unix.NFTA_EXPR_DATA)
-	return endNest(b, elem, unix.NFTA_LIST_ELEM)
+	b, elem := nlattr.BeginNest(b)
+	b = nlattr.Append(b, unix.NFTA_EXPR_NAME, "immediate", true)
+	b, exprData := nlattr.BeginNest(b)
+	b = nlattr.AppendU32(b, unix.NFTA_IMMEDIATE_DREG, reg)
+	b, value := nlattr.BeginNest(b)
+	b = nlattr.Append(b, unix.NFTA_DATA_VALUE, data, false)
+	b = nlattr.EndNest(b, value, unix.NFTA_IMMEDIATE_DATA)
+	b = nlattr.EndNest(b, exprData, unix.NFTA_EXPR_DATA)
+	return nlattr.EndNest(b, elem, unix.NFTA_LIST_ELEM)
 }

@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand"
 	"net/netip"
@@ -9,9 +8,9 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
-	"github.com/mdlayher/netlink"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -23,16 +22,7 @@ import (
 // expressions (encoder.rule) and comment; flags differ only in the acknowledgement and
 // echo the library asks for, which nlbatch clears anyway.
 func TestRuleMessagesMatchGoogle(t *testing.T) {
-	var sent []netlink.Message
-	lib, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		if req != nil {
-			sent = append(sent, req[1:len(req)-1]...)
-		}
-		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 20)}}, nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib, same := kerneltest.LibraryMessages(t)
 	cidrs := []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("fd00:200::/32")}
 	configs := []plan.Config{{NodeName: "gw"}, {NodeName: "gw", MasqueradeAll: true}, {NodeName: "gw", ClusterCIDRs: cidrs}}
 	snaps := []*model.Snapshot{demoSnapshot(), demoSnapshot(mt.ExternalLocal(32000))}
@@ -61,20 +51,11 @@ func TestRuleMessagesMatchGoogle(t *testing.T) {
 							lr.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
 						}
 						lib.AddRule(lr)
-						if err := lib.Flush(); err != nil {
-							t.Fatalf("%s: %v", where, err)
-						}
-						want := sent[len(sent)-1]
 						got, err := w.message(name, r)
 						if err != nil {
 							t.Fatalf("%s: %v", where, err)
 						}
-						if got.Header.Type != want.Header.Type || got.Header.Flags != want.Header.Flags&^(netlink.Acknowledge|netlink.Echo) {
-							t.Errorf("%s: header %+v, the library's %+v", where, got.Header, want.Header)
-						}
-						if !bytes.Equal(got.Data, want.Data) {
-							t.Fatalf("%s: message differs from the library's\ngot:  %x\nwant: %x", where, got.Data, want.Data)
-						}
+						same(where, got)
 						rules++
 					}
 				}
