@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -75,23 +76,103 @@ func newState() IptMatch { return CtState{States: []string{"NEW"}} }
 
 // IPT builds the iptables plan of one family from a Snapshot.
 func IPT(snap *model.Snapshot, f model.Family, cfg Config) *IPTables {
-	b := &iptBuilder{f: f, cfg: cfg, mark: cfg.MasqueradeMark(),
-		nat:    &IptTable{Name: "nat", Builtin: map[string][]IptRule{}},
-		filter: &IptTable{Name: "filter", Builtin: map[string][]IptRule{}}}
-	b.base()
-	services, nodePorts := b.nat.Chain(IptServices), b.nat.Chain(IptNodePorts)
-	for _, sp := range snap.Sorted() {
-		if p, ok := Policy(sp, f, cfg); ok {
-			b.servicePort(&p, services, nodePorts)
-		}
+	return (&IPTPlanner{Family: f}).Plan(snap, cfg)
+}
+
+// IPTPlanner plans one family's iptables tables as IPT does, but reuses what it planned for
+// each service port that has not changed since its last plan: the tracker hands out the
+// same *ServicePort for an unchanged port. A service port's part of the plan is its own
+// chains (SVC, SVL, EXT, FW, SEP, in nat: only its rules jump to them) and the rules it adds
+// to the fixed chains; the fixed chains are put together again at every plan, the port's
+// own chains are the same *IptChain values as before, which the iptables backend's diff
+// recognises without comparing their rules. At 10,000 Services planning everything for
+// one changed endpoint took a third of a second.
+//
+// A planner is not safe for concurrent use.
+type IPTPlanner struct {
+	Family model.Family
+
+	cfg   Config
+	frags map[model.ServicePortName]*iptFragment // nil until the first plan with cfg
+}
+
+// iptFragment is what one service port adds to the plan.
+type iptFragment struct {
+	sp *model.ServicePort
+	// fixed are its rules in the fixed chains, by table and chain name.
+	fixed map[[2]string][]IptRule
+	// chains are its own chains in nat, in the order it made them, those nothing jumps to
+	// left out.
+	chains []*IptChain
+}
+
+// Plan returns the plan for snap; it equals a new planner's.
+func (p *IPTPlanner) Plan(snap *model.Snapshot, cfg Config) *IPTables {
+	if p.frags == nil || !reflect.DeepEqual(cfg, p.cfg) {
+		p.frags, p.cfg = map[model.ServicePortName]*iptFragment{}, cfg
 	}
+	b := newIptBuilder(p.Family, cfg)
+	b.base()
+	tables := map[string]*IptTable{"nat": b.nat, "filter": b.filter}
+	frags := make(map[model.ServicePortName]*iptFragment, len(p.frags))
+	var own []*IptChain
+	for _, sp := range snap.Sorted() {
+		f := p.frags[sp.Name]
+		if f == nil || f.sp != sp {
+			f = b.fragment(sp)
+		}
+		frags[sp.Name] = f
+		for key, rules := range f.fixed {
+			c := tables[key[0]].Chain(key[1])
+			c.Rules = append(c.Rules, rules...)
+		}
+		own = append(own, f.chains...)
+	}
+	p.frags = frags
 	// Node ports come last: the destination of a node port is a local address, which any
 	// earlier, more specific service rule must win over.
-	for _, r := range b.nodePortJumps() {
-		services.add(r)
+	services := b.nat.Chain(IptServices)
+	services.Rules = append(services.Rules, b.nodePortJumps()...)
+	b.nat.Chains = append(b.nat.Chains, own...)
+	return &IPTables{Family: p.Family, Tables: []*IptTable{b.filter, b.nat}}
+}
+
+func newIptBuilder(f model.Family, cfg Config) *iptBuilder {
+	return &iptBuilder{f: f, cfg: cfg, mark: cfg.MasqueradeMark(),
+		nat:    &IptTable{Name: "nat", Builtin: map[string][]IptRule{}},
+		filter: &IptTable{Name: "filter", Builtin: map[string][]IptRule{}}}
+}
+
+// fragment plans one service port alone: into tables holding only empty fixed chains, so
+// that what the port adds to them is all they hold afterwards.
+func (b *iptBuilder) fragment(sp *model.ServicePort) *iptFragment {
+	f := &iptFragment{sp: sp}
+	pol, ok := Policy(sp, b.f, b.cfg)
+	if !ok {
+		return f
 	}
-	b.nat.pruneServiceChains()
-	return &IPTables{Family: f, Tables: []*IptTable{b.filter, b.nat}}
+	fb := newIptBuilder(b.f, b.cfg)
+	fixed := map[string][]string{"filter": iptFixedFilter, "nat": {IptServices, IptNodePorts}}
+	for _, name := range fixed["filter"] {
+		fb.chain(fb.filter, name)
+	}
+	for _, name := range fixed["nat"] {
+		fb.chain(fb.nat, name)
+	}
+	fb.servicePort(&pol, fb.nat.Chain(IptServices), fb.nat.Chain(IptNodePorts))
+	fb.nat.pruneServiceChains()
+	f.fixed = map[[2]string][]IptRule{}
+	for _, t := range []*IptTable{fb.filter, fb.nat} {
+		for _, c := range t.Chains {
+			switch {
+			case !slices.Contains(fixed[t.Name], c.Name):
+				f.chains = append(f.chains, c)
+			case len(c.Rules) > 0:
+				f.fixed[[2]string{t.Name, c.Name}] = c.Rules
+			}
+		}
+	}
+	return f
 }
 
 // servicePrefixes name the per-service chains: built for a service port, used only where
@@ -131,6 +212,9 @@ func (t *IptTable) pruneServiceChains() {
 	}
 }
 
+// iptFixedFilter are the filter table's chains: all fixed, filled by every service port.
+var iptFixedFilter = []string{IptNodePorts, IptServices, IptExternalServices, IptForward, IptProxyFirewall}
+
 func (b *iptBuilder) base() {
 	jump := func(comment, chain string, matches ...IptMatch) IptRule {
 		return IptRule{Matches: append(matches, Comment{comment}), Target: JumpTo{chain}}
@@ -157,7 +241,7 @@ func (b *iptBuilder) base() {
 	b.nat.Builtin["OUTPUT"] = []IptRule{jump(commentPortals, IptServices)}
 	b.nat.Builtin["POSTROUTING"] = []IptRule{jump(commentPostroute, IptPostrouting)}
 
-	for _, name := range []string{IptNodePorts, IptServices, IptExternalServices, IptForward, IptProxyFirewall} {
+	for _, name := range iptFixedFilter {
 		b.chain(b.filter, name)
 	}
 	fwd := b.filter.Chain(IptForward)

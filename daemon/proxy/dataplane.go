@@ -119,6 +119,9 @@ type IPTables struct {
 	Rules    ipt.Ruleset
 	Families []model.Family
 	Config   plan.Config
+
+	// planners re-plan only the service ports that changed, by family.
+	planners map[model.Family]*plan.IPTPlanner
 }
 
 var _ Dataplane = (*IPTables)(nil)
@@ -129,8 +132,16 @@ func (*IPTables) Mode() string { return ModeIPTables }
 // Program implements Dataplane.
 func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 	plans := make([]*plan.IPTables, 0, len(d.Families))
+	if d.planners == nil {
+		d.planners = map[model.Family]*plan.IPTPlanner{}
+	}
 	for _, f := range d.Families {
-		plans = append(plans, plan.IPT(snap, f, d.Config))
+		p := d.planners[f]
+		if p == nil {
+			p = &plan.IPTPlanner{Family: f}
+			d.planners[f] = p
+		}
+		plans = append(plans, p.Plan(snap, d.Config))
 	}
 	st, err := d.Rules.Apply(plans, full)
 	return Result{Full: st.Full, Written: st.Chains, Elements: st.Rules, Deleted: st.Deleted}, err

@@ -33,3 +33,17 @@ func BenchmarkFullSync(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkOneEndpointChange is the sync after one endpoint of one Service changed, over
+// tables holding the rest, as the daemon runs it: the tracker's snapshot, IPTPlanner (which
+// re-plans the changed service port only), the diff against the last apply (chains the
+// planner reused are not compared) and the chains that differ.
+func BenchmarkOneEndpointChange(b *testing.B) {
+	kerneltest.OneChangeBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, inNetns, func() func(*model.Snapshot, bool) error {
+		k, p, cfg := New(), &plan.IPTPlanner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
+		return func(snap *model.Snapshot, full bool) error {
+			_, err := k.Apply([]*plan.IPTables{p.Plan(snap, cfg)}, full)
+			return err
+		}
+	})
+}

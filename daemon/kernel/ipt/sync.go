@@ -313,18 +313,21 @@ func (s *tableSync) replaceBuiltin(have tableState, hook string) error {
 // ones refilled, built-in chains touched only when edgegate's rules there changed, and gone
 // chains deleted last, once nothing jumps to them.
 func (s *tableSync) partial(prev *plan.IptTable) error {
-	before := map[string]*plan.IptChain{}
+	// Sized up front: growing them was most of a one-change sync's time at 10,000 Services.
+	before := make(map[string]*plan.IptChain, len(prev.Chains))
 	for _, c := range prev.Chains {
 		before[c.Name] = c
 	}
-	wanted := map[string]bool{}
+	wanted := make(map[string]bool, len(s.want.Chains))
 	var changed []*plan.IptChain
 	for _, c := range s.want.Chains {
 		if !owned(c.Name) {
 			return fmt.Errorf("chain %s is not named %s*", c.Name, plan.IptPrefix)
 		}
 		wanted[c.Name] = true
-		if old, ok := before[c.Name]; !ok || !sameRules(old.Rules, c.Rules) {
+		// The same chain (plan.IPTPlanner reuses an unchanged service port's) has the
+		// same rules.
+		if old, ok := before[c.Name]; !ok || old != c && !sameRules(old.Rules, c.Rules) {
 			changed = append(changed, c)
 		}
 	}

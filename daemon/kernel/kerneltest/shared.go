@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
@@ -60,5 +62,46 @@ func LibraryMessages(tb testing.TB) (*nftables.Conn, func(where string, got netl
 		if !bytes.Equal(got.Data, want.Data) {
 			tb.Fatalf("%s: message differs from the library's\ngot:  %x\nwant: %x", where, got.Data, want.Data)
 		}
+	}
+}
+
+// OneChangeBenchmarks runs, for each size of N Services x M endpoints, the sync after one
+// endpoint of one Service changed over rules holding the rest, as the daemon runs it: the
+// tracker's snapshot, then sync (the backend's planner and partial apply; full for the
+// first, outside the timer). newSync is called inside the namespace the benchmark runs in
+// (enter, a kerneltest.InNetns wrapper). It reports the CPU per sync (cpu-ms/op).
+func OneChangeBenchmarks(b *testing.B, sizes [][2]int, enter func(testing.TB, func(string)), newSync func() func(snap *model.Snapshot, full bool) error) {
+	for _, size := range sizes {
+		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
+			tr := model.NewTracker()
+			for _, o := range mt.BenchObjects(size[0], size[1]) {
+				switch o := o.(type) {
+				case *v1.Service:
+					tr.UpsertService(o)
+				case *discovery.EndpointSlice:
+					tr.UpsertSlice(o)
+				}
+			}
+			enter(b, func(string) {
+				sync := newSync()
+				snap, _ := tr.Snapshot()
+				if err := sync(snap, true); err != nil {
+					b.Fatal(err)
+				}
+				i := 0
+				cpu := CPUTime(b)
+				for b.Loop() {
+					i++
+					tr.UpsertSlice(mt.BenchSlice(size[0]-1, size[1], i%2))
+					snap, _ := tr.Snapshot()
+					if err := sync(snap, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if i > 0 {
+					b.ReportMetric(float64(CPUTime(b)-cpu)/float64(i)/1e6, "cpu-ms/op")
+				}
+			})
+		})
 	}
 }

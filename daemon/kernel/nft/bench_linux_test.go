@@ -1,16 +1,10 @@
 package nft
 
 import (
-	"fmt"
 	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
-	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
@@ -41,43 +35,11 @@ func BenchmarkFullSync(b *testing.B) {
 // re-plans the changed service port only), the diff against the last apply and the few
 // messages that differ.
 func BenchmarkOneEndpointChange(b *testing.B) {
-	for _, size := range []struct{ services, endpoints int }{{1000, 10}, {10000, 10}} {
-		b.Run(fmt.Sprintf("%dx%d", size.services, size.endpoints), func(b *testing.B) {
-			tr := model.NewTracker()
-			for _, o := range mt.BenchObjects(size.services, size.endpoints) {
-				switch o := o.(type) {
-				case *v1.Service:
-					tr.UpsertService(o)
-				case *discovery.EndpointSlice:
-					tr.UpsertSlice(o)
-				}
-			}
-			cfg := plan.Config{NodeName: "gw"}
-			p := &plan.NFTPlanner{Family: model.IPv4}
-			inNetns(b, func(string) {
-				k := New()
-				snap, _ := tr.Snapshot()
-				if _, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, true); err != nil {
-					b.Fatal(err)
-				}
-				i := 0
-				cpu := kerneltest.CPUTime(b)
-				for b.Loop() {
-					i++
-					tr.UpsertSlice(mt.BenchSlice(size.services-1, size.endpoints, i%2))
-					snap, _ := tr.Snapshot()
-					if _, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, false); err != nil {
-						b.Fatal(err)
-					}
-				}
-				reportCPU(b, cpu, i)
-			})
-		})
-	}
-}
-
-func reportCPU(b *testing.B, since time.Duration, ops int) {
-	if ops > 0 {
-		b.ReportMetric(float64(kerneltest.CPUTime(b)-since)/float64(ops)/1e6, "cpu-ms/op")
-	}
+	kerneltest.OneChangeBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, inNetns, func() func(*model.Snapshot, bool) error {
+		k, p, cfg := New(), &plan.NFTPlanner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
+		return func(snap *model.Snapshot, full bool) error {
+			_, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, full)
+			return err
+		}
+	})
 }
