@@ -99,11 +99,17 @@ type IPTPlanner struct {
 // iptFragment is what one service port adds to the plan.
 type iptFragment struct {
 	sp *model.ServicePort
-	// fixed are its rules in the fixed chains, by table and chain name.
-	fixed map[[2]string][]IptRule
+	// fixed are its rules in the fixed chains.
+	fixed []fixedRules
 	// chains are its own chains in nat, in the order it made them, those nothing jumps to
 	// left out.
 	chains []*IptChain
+}
+
+type fixedRules struct {
+	nat   bool // or filter
+	chain string
+	rules []IptRule
 }
 
 // Plan returns the plan for snap; it equals a new planner's.
@@ -113,18 +119,25 @@ func (p *IPTPlanner) Plan(snap *model.Snapshot, cfg Config) *IPTables {
 	}
 	b := newIptBuilder(p.Family, cfg)
 	b.base()
-	tables := map[string]*IptTable{"nat": b.nat, "filter": b.filter}
+	var scratch *iptBuilder
 	frags := make(map[model.ServicePortName]*iptFragment, len(p.frags))
 	var own []*IptChain
 	for _, sp := range snap.Sorted() {
 		f := p.frags[sp.Name]
 		if f == nil || f.sp != sp {
-			f = b.fragment(sp)
+			if scratch == nil {
+				scratch = &iptBuilder{f: b.f, cfg: b.cfg, mark: b.mark, nat: &IptTable{Name: "nat"}, filter: &IptTable{Name: "filter"}}
+			}
+			f = scratch.fragment(sp)
 		}
 		frags[sp.Name] = f
-		for key, rules := range f.fixed {
-			c := tables[key[0]].Chain(key[1])
-			c.Rules = append(c.Rules, rules...)
+		for _, r := range f.fixed {
+			t := b.filter
+			if r.nat {
+				t = b.nat
+			}
+			c := t.Chain(r.chain)
+			c.Rules = append(c.Rules, r.rules...)
 		}
 		own = append(own, f.chains...)
 	}
@@ -143,33 +156,37 @@ func newIptBuilder(f model.Family, cfg Config) *iptBuilder {
 		filter: &IptTable{Name: "filter", Builtin: map[string][]IptRule{}}}
 }
 
-// fragment plans one service port alone: into tables holding only empty fixed chains, so
-// that what the port adds to them is all they hold afterwards.
+// iptFixedNat are the nat table's fixed chains that service ports fill.
+var iptFixedNat = []string{IptServices, IptNodePorts}
+
+// fragment plans one service port alone, on b's tables emptied to only their fixed
+// chains, so that what the port adds to those is all they hold afterwards.
 func (b *iptBuilder) fragment(sp *model.ServicePort) *iptFragment {
 	f := &iptFragment{sp: sp}
 	pol, ok := Policy(sp, b.f, b.cfg)
 	if !ok {
 		return f
 	}
-	fb := newIptBuilder(b.f, b.cfg)
-	fixed := map[string][]string{"filter": iptFixedFilter, "nat": {IptServices, IptNodePorts}}
-	for _, name := range fixed["filter"] {
-		fb.chain(fb.filter, name)
+	b.filter.Chains, b.nat.Chains = b.filter.Chains[:0], b.nat.Chains[:0]
+	for _, name := range iptFixedFilter {
+		b.chain(b.filter, name)
 	}
-	for _, name := range fixed["nat"] {
-		fb.chain(fb.nat, name)
+	for _, name := range iptFixedNat {
+		b.chain(b.nat, name)
 	}
-	fb.servicePort(&pol, fb.nat.Chain(IptServices), fb.nat.Chain(IptNodePorts))
-	fb.nat.pruneServiceChains()
-	f.fixed = map[[2]string][]IptRule{}
-	for _, t := range []*IptTable{fb.filter, fb.nat} {
-		for _, c := range t.Chains {
-			switch {
-			case !slices.Contains(fixed[t.Name], c.Name):
-				f.chains = append(f.chains, c)
-			case len(c.Rules) > 0:
-				f.fixed[[2]string{t.Name, c.Name}] = c.Rules
-			}
+	b.servicePort(&pol, b.nat.Chain(IptServices), b.nat.Chain(IptNodePorts))
+	b.nat.pruneServiceChains()
+	for _, c := range b.filter.Chains {
+		if len(c.Rules) > 0 {
+			f.fixed = append(f.fixed, fixedRules{chain: c.Name, rules: c.Rules})
+		}
+	}
+	for _, c := range b.nat.Chains {
+		switch {
+		case !slices.Contains(iptFixedNat, c.Name):
+			f.chains = append(f.chains, c)
+		case len(c.Rules) > 0:
+			f.fixed = append(f.fixed, fixedRules{nat: true, chain: c.Name, rules: c.Rules})
 		}
 	}
 	return f

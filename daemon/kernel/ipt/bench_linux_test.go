@@ -17,9 +17,14 @@ func BenchmarkFullSync(b *testing.B) {
 	cfg := plan.Config{NodeName: "gw"}
 	kerneltest.FullSyncBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, func(b *testing.B, snap *model.Snapshot, again bool) {
 		inNetns(b, func(string) {
-			k := New()
+			// The daemon's planner lives as long as it: a periodic full sync reuses
+			// every unchanged service port's chains.
+			k, p := New(), &plan.IPTPlanner{Family: model.IPv4}
 			apply := func() error {
-				_, err := k.Apply([]*plan.IPTables{plan.IPT(snap, model.IPv4, cfg)}, true)
+				if !again {
+					p = &plan.IPTPlanner{Family: model.IPv4}
+				}
+				_, err := k.Apply([]*plan.IPTables{p.Plan(snap, cfg)}, true)
 				return err
 			}
 			reset := k.Cleanup
