@@ -65,13 +65,14 @@ func offset(base netip.Addr, n int) netip.Addr {
 // endpoints.kubernetes.io/last-change-trigger-time as the EndpointSlice controller does; the
 // stamp and the returned time are taken just before the Update call, which is where the
 // latency is counted from (both programs' network_programming_duration_seconds count from
-// the stamp, too).
-func (ch change) apply(ctx context.Context, c kubernetes.Interface, endpoints int) (time.Time, error) {
+// the stamp, too). took is the Update call's own duration: the apiserver's and etcd's part of
+// the latency, the same for both programs.
+func (ch change) apply(ctx context.Context, c kubernetes.Interface, endpoints int) (at time.Time, took time.Duration, err error) {
 	slices := c.DiscoveryV1().EndpointSlices(benchNamespace)
 	name := sliceName(ch.Service)
 	s, err := slices.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("get EndpointSlice %s/%s: %w", benchNamespace, name, err)
+		return time.Time{}, 0, fmt.Errorf("get EndpointSlice %s/%s: %w", benchNamespace, name, err)
 	}
 	if ch.Add {
 		ready, node := true, otherNode
@@ -86,12 +87,12 @@ func (ch change) apply(ctx context.Context, c kubernetes.Interface, endpoints in
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	at := time.Now()
+	at = time.Now()
 	s.Annotations[v1.EndpointsLastChangeTriggerTime] = at.UTC().Format(time.RFC3339Nano)
 	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return time.Time{}, fmt.Errorf("update EndpointSlice %s/%s endpoints: %w", benchNamespace, name, err)
+		return time.Time{}, 0, fmt.Errorf("update EndpointSlice %s/%s endpoints: %w", benchNamespace, name, err)
 	}
-	return at, nil
+	return at, time.Since(at), nil
 }
 
 func slicesDeleteAddr(eps []discovery.Endpoint, addr string) []discovery.Endpoint {
@@ -117,11 +118,21 @@ func restore(ctx context.Context, c kubernetes.Interface, changes []change, endp
 	return errors.Join(errs...)
 }
 
+// phase is what the incremental phase did: the changes made (to restore), the latencies
+// seen, the Update calls' own durations and the number of changes timed out.
+type phase struct {
+	made      []change
+	latencies []time.Duration
+	writes    []time.Duration
+	timeouts  int
+}
+
 // incrResult is what the incremental phase measured.
 type incrResult struct {
 	Changes   int             // made
 	Latencies []time.Duration // per change that reached the kernel in time (probe)
 	Timeouts  int             // changes not seen within changeTimeout
+	Writes    []time.Duration // the Update calls' own durations
 	// MetricCount observations of its network_programming_duration_seconds during the
 	// phase; MetricP50 and MetricP99 estimate quantiles from the histogram's buckets.
 	MetricCount          float64
@@ -135,9 +146,8 @@ type incrResult struct {
 // every changeEvery for at most dur (len(changes) at most), each write in a goroutine of its
 // own so that a slow change delays neither the next one nor the probe. The probe polls the
 // generation every pollEvery and, at each new one, checks every change still pending; a change
-// not seen changeTimeout after its write is counted as timed out. It returns the changes made
-// (to restore), the latencies seen and the number timed out.
-func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <-chan struct{}, changes []change, endpoints int, dur time.Duration) ([]change, []time.Duration, int, error) {
+// not seen changeTimeout after its write is counted as timed out.
+func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <-chan struct{}, changes []change, endpoints int, dur time.Duration) (phase, error) {
 	// The probe must find what exists before trusting its absence: the first change's
 	// service still has its last original endpoint whichever the change is.
 	if len(changes) > 0 {
@@ -146,17 +156,18 @@ func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <
 		ref.Addr = netip.MustParseAddr(endpointIP(first.Service*endpoints + endpoints - 1))
 		ok, err := p.endpoint(ref)
 		if err != nil {
-			return nil, nil, 0, err
+			return phase{}, err
 		}
 		if !ok {
-			return nil, nil, 0, fmt.Errorf("probe: %s %s does not dispatch to existing endpoint %s of %s/%s (chain %s; naming changed?)",
+			return phase{}, fmt.Errorf("probe: %s %s does not dispatch to existing endpoint %s of %s/%s (chain %s; naming changed?)",
 				p.tbl.Name, p.kind.PortChain(ref), ref.Addr, ref.Namespace, ref.Service, p.kind.EndpointChain(ref))
 		}
 	}
 	type written struct {
-		i   int
-		at  time.Time
-		err error
+		i    int
+		at   time.Time
+		took time.Duration
+		err  error
 	}
 	type pending struct {
 		ch   change
@@ -164,16 +175,14 @@ func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <
 		seen time.Time // when the probe first saw it, once seen
 	}
 	var (
-		made      []change
-		latencies []time.Duration
-		timeouts  int
-		pend      = map[int]*pending{}
-		results   = make(chan written, len(changes))
-		inflight  int
+		ph       phase
+		pend     = map[int]*pending{}
+		results  = make(chan written, len(changes))
+		inflight int
 	)
 	gen, err := p.generation()
 	if err != nil {
-		return nil, nil, 0, err
+		return ph, err
 	}
 	end := time.Now().Add(dur)
 	next := 0
@@ -198,34 +207,35 @@ func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <
 		}
 		i, ch := next, changes[next]
 		next++
-		made = append(made, ch)
+		ph.made = append(ph.made, ch)
 		pend[i] = &pending{ch: ch}
 		inflight++
 		go func() {
-			at, err := ch.apply(ctx, c, endpoints)
-			results <- written{i, at, err}
+			at, took, err := ch.apply(ctx, c, endpoints)
+			results <- written{i, at, took, err}
 		}()
 	}
 	write() // the first at once, then one a tick
 	for next < len(changes) || len(pend) > 0 {
 		select {
 		case <-ctx.Done():
-			return made, latencies, timeouts, ctx.Err()
+			return ph, ctx.Err()
 		case <-exited:
-			return made, latencies, timeouts, errors.New("exited during the incremental phase")
+			return ph, errors.New("exited during the incremental phase")
 		case w := <-results:
 			inflight--
 			if w.err != nil {
-				return made, latencies, timeouts, w.err
+				return ph, w.err
 			}
 			pend[w.i].at = w.at
+			ph.writes = append(ph.writes, w.took)
 		case <-every.C:
 			write()
 		case <-poll.C:
 			now := time.Now()
 			g, err := p.generation()
 			if err != nil {
-				return made, latencies, timeouts, err
+				return ph, err
 			}
 			if g != gen {
 				gen = g
@@ -235,7 +245,7 @@ func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <
 					}
 					present, err := p.endpoint(pe.ch.Ref)
 					if err != nil {
-						return made, latencies, timeouts, err
+						return ph, err
 					}
 					if present == pe.ch.Add {
 						pe.seen = now
@@ -246,16 +256,16 @@ func incremental(ctx context.Context, c kubernetes.Interface, p *probe, exited <
 				switch {
 				case pe.at.IsZero(): // still writing
 				case !pe.seen.IsZero():
-					latencies = append(latencies, pe.seen.Sub(pe.at))
+					ph.latencies = append(ph.latencies, pe.seen.Sub(pe.at))
 					delete(pend, i)
 				case now.Sub(pe.at) > changeTimeout:
-					timeouts++
+					ph.timeouts++
 					delete(pend, i)
 				}
 			}
 		}
 	}
-	return made, latencies, timeouts, nil
+	return ph, nil
 }
 
 // quantile is the nearest-rank q-quantile of every change made, those that timed out counted

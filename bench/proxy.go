@@ -197,7 +197,8 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 			return res, nil, fmt.Errorf("%s metrics: %w", r.Prog.Name, err)
 		}
 		cpu0, _ := cpuTime(pid)
-		made, lat, timeouts, err := incremental(ctx, r.Client, pr, stopped, r.Changes, r.Endpoint, r.IncrFor)
+		ph, err := incremental(ctx, r.Client, pr, stopped, r.Changes, r.Endpoint, r.IncrFor)
+		made := ph.made
 		if err != nil {
 			if ctx.Err() == nil && isClosed(exited) {
 				err = died("during the incremental phase")
@@ -215,7 +216,7 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 			before.histogram(r.Prog.MetricsNS + "network_programming_duration_seconds"))
 		count, sum := r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds_count", r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds_sum"
 		res.Incr = &incrResult{
-			Changes: len(made), Latencies: lat, Timeouts: timeouts,
+			Changes: len(made), Latencies: ph.latencies, Timeouts: ph.timeouts, Writes: ph.writes,
 			MetricCount: h.count(), MetricP50: h.quantile(0.5), MetricP99: h.quantile(0.99),
 			Syncs: after.get(count) - before.get(count),
 			CPU:   cpu1 - cpu0,

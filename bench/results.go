@@ -47,7 +47,8 @@ func (h *harness) newReport(began time.Time) *report {
 			"- incremental: an EndpointSlice update adding or removing one endpoint, once a second, each on",
 			"  another Service; latency from just before the Update call (also the last-change-trigger-time",
 			"  stamp) to the probe seeing the endpoint enter or leave its service's dispatch (the service",
-			"  chain's jump, or its map's verdict or address . port).",
+			"  chain's jump, or its map's verdict or address . port). \"the write itself\": the Update",
+			"  call's own duration (apiserver and etcd), inside write → kernel for both programs.",
 			"- \"its metrics\" quantiles are estimated from network_programming_duration_seconds buckets;",
 			fmt.Sprintf("  both use kube-proxy's buckets, the smallest %v, so below it they only say \"≤%v\".", firstBucket, firstBucket),
 			"- Ratios are edgegate / kube-proxy: below 1 edgegate is faster or smaller.",
@@ -159,6 +160,18 @@ func (h *harness) section(sz size, mode string, created time.Duration, want int,
 				return value{">" + fmtDur(changeTimeout), math.Inf(1)}
 			}
 			return dur(d)
+		})
+	}
+	for _, q := range []struct {
+		name string
+		p    float64
+	}{{"p50", 0.5}, {"p99", 0.99}} {
+		// Part of write → kernel for both programs, neither's doing: no ratio.
+		incr("incremental "+q.name+": the write itself (Update call)", false, func(i *incrResult) value {
+			if len(i.Writes) == 0 {
+				return value{text: "-"}
+			}
+			return dur(percentile(i.Writes, q.p))
 		})
 	}
 	incr("incremental: observations (its metrics)", false, func(i *incrResult) value { return plain(i.MetricCount) })
