@@ -15,7 +15,7 @@ func (h *harness) newReport(began time.Time) *report {
 	for _, p := range h.programs {
 		progs = append(progs, p.Name)
 	}
-	minSync := "both programs' default (1s): a change waits while the last sync began less than 1s before (edgegate) or ended less than 1s before (kube-proxy)"
+	minSync := "both programs' default (1s): kube-proxy waits 1s after each sync; edgegate allows one sync a second on average, two at once"
 	if h.minSync != "" {
 		minSync = h.minSync + " for both (-min-sync-period)"
 	}

@@ -244,7 +244,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.IntVar(&c.MasqueradeBit, "masquerade-bit", c.MasqueradeBit, "fwmark bit (0-31) that flags traffic for masquerade")
 	fs.StringVar(&c.Manifests, "manifests", c.Manifests, "standalone mode: directory of Service/EndpointSlice YAML or JSON, followed for changes; default: the embedded demo")
 	fs.Var(durationFlag{&c.SyncPeriod}, "sync-period", "longest time between syncs")
-	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "shortest time between the starts of two syncs (changes in between are batched; after a sync the proxy also rests as long as it took, up to this)")
+	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "syncs are limited to one per this period on average, with a burst of two (changes in between are batched; after a sync the proxy also rests as long as it took, up to this)")
 	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
 	fs.BoolVar(&c.LoadBalancer.Announce, "lb-announce", c.LoadBalancer.Announce, "answer ARP/NDP for the LoadBalancer IPs this gateway owns among the site's gateways")
 	fs.BoolVar(&c.LoadBalancer.Allocate, "lb-allocate", c.LoadBalancer.Allocate, "allocate LoadBalancer IPs from the pools to Services (cluster mode; leader-elected)")

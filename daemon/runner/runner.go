@@ -1,8 +1,8 @@
 // Package runner runs the proxy's sync function at a bounded frequency: bursts of change
-// events are coalesced into one sync, syncs start at most once per minimum interval, a failed
+// events are coalesced into one sync, syncs are limited to one per minimum interval on average, a failed
 // sync is retried, and a periodic sync repairs drift even when nothing changes. It follows the
-// idea of kube-proxy's BoundedFrequencyRunner with an injected Clock, with one difference in
-// how the minimum interval is counted (see New).
+// idea of kube-proxy's BoundedFrequencyRunner with an injected Clock; how it limits the rate
+// differs (see New).
 package runner
 
 import (
@@ -31,16 +31,17 @@ type Runner struct {
 	wake    chan struct{}
 }
 
-// New returns a Runner for fn; name only labels panics. Runs start at least minInterval apart,
-// and after each run the runner rests as long as that run took, up to minInterval, before the
-// next. kube-proxy's runner counts minInterval from the end of a run instead; that bounds the
-// rate of runs the same way (at most one per minInterval) and, for runs shorter than
-// minInterval, their share of the time the same way (at most half), but it delays a change
-// that arrives one interval after the last one by that run's length, and a steady stream of
-// such changes drifts by it on every run until each waits up to a whole interval. Counted from
-// the start, a change after a quiet interval runs at once. retryInterval is what Retry waits;
-// maxInterval bounds the time between runs when nothing triggers them. It panics when the
-// intervals make no sense, as that is a programming error.
+// New returns a Runner for fn; name only labels panics. Runs are limited to one per
+// minInterval on average, with a burst of two: a token bucket of two tokens, refilled one per
+// minInterval, each run taking one. And after each run the runner rests as long as that run
+// took, up to minInterval, so that runs shorter than minInterval take at most half the time.
+// kube-proxy 1.36's runner instead waits minInterval from the end of each run, never two runs
+// closer: a change that comes one interval after the last one then waits that run's length,
+// a steady stream of such changes drifts by it at every run until each waits up to a whole
+// interval, and any jitter in their arrival adds to the drift. Older kube-proxy runners had
+// the same burst of two. retryInterval is what Retry waits; maxInterval bounds the time
+// between runs when nothing triggers them. It panics when the intervals make no sense, as
+// that is a programming error.
 func New(name string, fn func(), minInterval, retryInterval, maxInterval time.Duration, clk Clock) *Runner {
 	switch {
 	case fn == nil || clk == nil:
@@ -99,6 +100,9 @@ func (r *Runner) Run(ctx context.Context) {
 	defer r.running.Unlock()
 
 	var earliest time.Time // zero until the first run, so nothing delays it
+	// full is when the token bucket would hold both tokens again; a run may start once it
+	// holds one, minInterval before that.
+	var full time.Time
 	periodicFrom := r.clk.Now()
 	for {
 		if ctx.Err() != nil {
@@ -125,18 +129,22 @@ func (r *Runner) Run(ctx context.Context) {
 		r.retryAt = time.Time{}
 		r.mu.Unlock()
 		start := r.clk.Now()
+		if full.Before(start) {
+			full = start
+		}
+		full = full.Add(r.minInterval) // the token this run takes
 		r.fn()
 		end := r.clk.Now()
-		earliest = r.nextStart(start, end)
+		earliest = r.nextStart(full, start, end)
 		periodicFrom = end
 	}
 }
 
-// nextStart is the earliest a triggered run may start after one that ran from start to end:
-// minInterval after its start, and not before a rest as long as it took, capped at
-// minInterval.
-func (r *Runner) nextStart(start, end time.Time) time.Time {
-	next := start.Add(r.minInterval)
+// nextStart is the earliest a triggered run may start after one that ran from start to end,
+// full being when the bucket holds both tokens again: once it holds one, and not before a
+// rest as long as the run took, capped at minInterval.
+func (r *Runner) nextStart(full, start, end time.Time) time.Time {
+	next := full.Add(-r.minInterval)
 	if rested := end.Add(min(end.Sub(start), r.minInterval)); rested.After(next) {
 		next = rested
 	}

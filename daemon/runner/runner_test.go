@@ -80,6 +80,8 @@ func (h *harness) expectIdle(timers ...time.Time) {
 	}
 }
 
+// Triggers coalesce into one run; two runs may follow each other at once (the burst), a
+// third waits for the bucket.
 func TestTriggersCoalesceIntoOneRun(t *testing.T) {
 	h := newHarness(t, time.Second, 5*time.Second, time.Minute, nil)
 	h.start()
@@ -93,8 +95,15 @@ func TestTriggersCoalesceIntoOneRun(t *testing.T) {
 	for range 5 {
 		h.r.Trigger()
 	}
+	h.expectCall(t0.Add(100 * time.Millisecond))
+	h.expectIdle(t0.Add(100*time.Millisecond + time.Minute))
+
+	h.clk.Advance(100 * time.Millisecond)
+	for range 5 {
+		h.r.Trigger()
+	}
 	h.expectIdle(t0.Add(time.Second))
-	h.clk.Advance(900 * time.Millisecond)
+	h.clk.Advance(800 * time.Millisecond)
 	h.expectCall(t0.Add(time.Second))
 	h.expectIdle(t0.Add(time.Second + time.Minute))
 }
@@ -117,28 +126,26 @@ func TestSlowRunIsFollowedByRestOfMinInterval(t *testing.T) {
 	h.expectCall(t0.Add(4 * time.Second))
 }
 
-// A change a second with a one-second minimum interval: each runs when it arrives. Counted
-// from the end of the run, as kube-proxy counts, each would wait 100ms longer than the one
-// before.
-func TestMinIntervalCountsFromStartOfRun(t *testing.T) {
+// A change a second with a one-second minimum interval, arriving up to 30ms early or late:
+// each runs when it arrives. Counted from the end of the last run, as kube-proxy counts,
+// each would wait 100ms longer than the one before, and counted from its start, each would
+// wait for the latest arrival so far.
+func TestChangesASecondRunOnArrival(t *testing.T) {
 	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, n int) {
 		h.clk.Advance(100 * time.Millisecond)
 	})
 	h.start()
 	h.r.Trigger()
 	h.expectCall(t0)
-	for i := 1; i <= 5; i++ {
-		h.expectIdle(t0.Add(time.Duration(i-1)*time.Second + 100*time.Millisecond + time.Minute))
-		h.clk.Advance(900 * time.Millisecond)
+	at := t0
+	for i, jitter := range []time.Duration{30, -30, 10, 30, -20, 0, 30, -30} {
+		next := t0.Add(time.Duration(i+1)*time.Second + jitter*time.Millisecond)
+		h.expectIdle(at.Add(100*time.Millisecond + time.Minute))
+		h.clk.Advance(next.Sub(h.clk.Now()))
 		h.r.Trigger()
-		h.expectCall(t0.Add(time.Duration(i) * time.Second))
+		h.expectCall(next)
+		at = next
 	}
-	// A change within the interval waits for its end.
-	h.clk.Advance(400 * time.Millisecond)
-	h.r.Trigger()
-	h.expectIdle(t0.Add(6 * time.Second))
-	h.clk.Advance(500 * time.Millisecond)
-	h.expectCall(t0.Add(6 * time.Second))
 }
 
 // A run that takes more than half the interval is followed by a rest as long as itself.
@@ -188,6 +195,8 @@ func TestEarliestRetryWinsButMinIntervalHolds(t *testing.T) {
 	h.start()
 	h.r.Trigger()
 	h.expectCall(t0)
+	h.r.Trigger()
+	h.expectCall(t0) // the burst's second run
 
 	h.r.RetryAfter(10 * time.Second)
 	h.expectIdle(t0.Add(10 * time.Second))
