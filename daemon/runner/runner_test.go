@@ -41,6 +41,11 @@ func newHarness(t *testing.T, minI, retryI, maxI time.Duration, hook func(h *har
 	return h
 }
 
+// taking is a run hook for runs that take d of the fake clock.
+func taking(d time.Duration) func(*harness, int) {
+	return func(h *harness, _ int) { h.clk.Advance(d) }
+}
+
 func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
@@ -131,9 +136,7 @@ func TestSlowRunIsFollowedByRestOfMinInterval(t *testing.T) {
 // each would wait 100ms longer than the one before, and counted from its start, each would
 // wait for the latest arrival so far.
 func TestChangesASecondRunOnArrival(t *testing.T) {
-	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, n int) {
-		h.clk.Advance(100 * time.Millisecond)
-	})
+	h := newHarness(t, time.Second, 5*time.Second, time.Minute, taking(100*time.Millisecond))
 	h.start()
 	h.r.Trigger()
 	h.expectCall(t0)
@@ -150,9 +153,7 @@ func TestChangesASecondRunOnArrival(t *testing.T) {
 
 // A run that takes more than half the interval is followed by a rest as long as itself.
 func TestRestAsLongAsTheRun(t *testing.T) {
-	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, n int) {
-		h.clk.Advance(600 * time.Millisecond)
-	})
+	h := newHarness(t, time.Second, 5*time.Second, time.Minute, taking(600*time.Millisecond))
 	h.start()
 	h.r.Trigger()
 	h.expectCall(t0)

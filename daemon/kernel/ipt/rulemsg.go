@@ -29,7 +29,7 @@ type ruleWriter struct {
 	family byte // the table's nfproto
 	table  string
 	cache  map[any][]byte // NFTA_LIST_ELEM attributes of a recurring part of a rule
-	arena  nlattr.Arena
+	buf    []byte         // the last message, its space reused for the next (nlbatch copies each)
 }
 
 func newRuleWriter(enc encoder, table string) *ruleWriter {
@@ -45,9 +45,10 @@ type (
 )
 
 // message encodes the message that appends r to chain, or with insert puts it at the
-// chain's top (iptables -I).
+// chain's top (iptables -I). Its data is valid until the next call: nlbatch.Batch.Add
+// copies it.
 func (w *ruleWriter) message(chain string, r plan.IptRule, insert bool) (netlink.Message, error) {
-	b := nlattr.AppendRuleHead(w.arena.Begin(), w.family, w.table, chain)
+	b := nlattr.AppendRuleHead(w.buf[:0], w.family, w.table, chain)
 	b, exprs := nlattr.BeginNest(b)
 	b, compat, err := w.exprs(b, r)
 	if err != nil {
@@ -67,9 +68,10 @@ func (w *ruleWriter) message(chain string, r plan.IptRule, insert bool) (netlink
 	if !insert {
 		flags |= unix.NLM_F_APPEND
 	}
+	w.buf = b
 	return netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE), Flags: flags},
-		Data:   w.arena.End(b),
+		Data:   b[:len(b):len(b)],
 	}, nil
 }
 

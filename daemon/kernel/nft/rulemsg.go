@@ -26,7 +26,7 @@ type ruleWriter struct {
 	family byte // the table's nfproto
 	table  string
 	cache  map[any][]byte // NFTA_LIST_ELEM attributes of a statement (or part)
-	arena  nlattr.Arena
+	buf    []byte         // the last message, its space reused for the next (nlbatch copies each)
 }
 
 // partStmt is some of a statement's expressions: [from, to), to < 0 for all after from.
@@ -39,9 +39,10 @@ func newRuleWriter(f model.Family, table string) *ruleWriter {
 	return &ruleWriter{enc: &encoder{family: f}, family: byte(tableFamily(f)), table: table, cache: map[any][]byte{}}
 }
 
-// message encodes the message that appends r to chain.
+// message encodes the message that appends r to chain. Its data is valid until the next
+// call: nlbatch.Batch.Add copies it.
 func (w *ruleWriter) message(chain string, r plan.Rule) (netlink.Message, error) {
-	b := nlattr.AppendRuleHead(w.arena.Begin(), w.family, w.table, chain)
+	b := nlattr.AppendRuleHead(w.buf[:0], w.family, w.table, chain)
 	b, exprs := nlattr.BeginNest(b)
 	for _, s := range r {
 		var err error
@@ -53,12 +54,13 @@ func (w *ruleWriter) message(chain string, r plan.Rule) (netlink.Message, error)
 	if c, ok := r.Comment(); ok {
 		b = nlattr.Append(b, unix.NFTA_RULE_USERDATA, userdata.AppendString(nil, userdata.TypeComment, c), false)
 	}
+	w.buf = b
 	return netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE),
 			Flags: netlink.Request | netlink.Create | unix.NLM_F_APPEND,
 		},
-		Data: w.arena.End(b),
+		Data: b[:len(b):len(b)],
 	}, nil
 }
 

@@ -80,29 +80,6 @@ func AppendExprs(b []byte, family byte, exprs ...expr.Any) ([]byte, error) {
 
 const listElem = 1 // NFTA_LIST_ELEM
 
-// Arena lays messages out one after the other in large buffers, so that a batch of
-// hundreds of thousands of rules is a few allocations, not one per message.
-type Arena struct{ buf []byte }
-
-// Begin returns an empty slice to append one message to: the rest of the arena's buffer, a
-// new one when less than 4 KiB is left.
-func (a *Arena) Begin() []byte {
-	if cap(a.buf)-len(a.buf) < 4096 {
-		a.buf = make([]byte, 0, 256<<10)
-	}
-	return a.buf[len(a.buf):]
-}
-
-// End takes the message appended to Begin's slice: if it still lies in the arena (append
-// did not move it), the arena keeps it; the returned slice cannot grow into what follows.
-func (a *Arena) End(b []byte) []byte {
-	rest := a.buf[len(a.buf):cap(a.buf)]
-	if len(b) > 0 && len(b) <= len(rest) && &b[0] == &rest[0] {
-		a.buf = a.buf[:len(a.buf)+len(b)]
-	}
-	return b[:len(b):len(b)]
-}
-
 // AppendRuleHead appends what begins an NFT_MSG_NEWRULE message: the nfgenmsg of the
 // table's family and the table's and chain's names.
 func AppendRuleHead(b []byte, family byte, table, chain string) []byte {
