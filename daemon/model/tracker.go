@@ -1,10 +1,12 @@
 package model
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -19,6 +21,13 @@ type Snapshot struct {
 	Ports map[ServicePortName]*ServicePort
 	// Generation counts the snapshots a Tracker has made.
 	Generation uint64
+	// Lineage identifies the Tracker that made the snapshot (zero: none), and Changed the
+	// ports that differ from that Tracker's snapshot of Generation From (zero: unknown). A
+	// planner that planned generation From of the same lineage last need look at no other
+	// port: at 10,000 Services, visiting every port was most of a one-endpoint sync's time
+	// outside the kernel.
+	Lineage, From uint64
+	Changed       map[ServicePortName]struct{}
 }
 
 // Sorted returns the ServicePorts in a stable order (namespace, name, port, protocol).
@@ -68,6 +77,7 @@ type Tracker struct {
 	built    map[ServiceName][]*ServicePort
 	ports    map[ServicePortName]*ServicePort
 	gen      uint64
+	lineage  uint64
 	svcEv    int
 	epEv     int
 }
@@ -81,8 +91,11 @@ func NewTracker() *Tracker {
 		dirty:    map[ServiceName]struct{}{},
 		built:    map[ServiceName][]*ServicePort{},
 		ports:    map[ServicePortName]*ServicePort{},
+		lineage:  lineages.Add(1),
 	}
 }
+
+var lineages atomic.Uint64
 
 // UpsertService adds or replaces a Service.
 func (t *Tracker) UpsertService(svc *v1.Service) {
@@ -250,12 +263,10 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 		}
 		delete(t.dirty, n)
 	}
+	from := t.gen
 	if !ch.Empty() || t.gen == 0 {
 		t.gen++
 	}
-	ports := make(map[ServicePortName]*ServicePort, len(t.ports))
-	for k, v := range t.ports {
-		ports[k] = v
-	}
-	return &Snapshot{Ports: ports, Generation: t.gen}, ch
+	// maps.Clone copies the map's groups as they are, without hashing 10,000 names again.
+	return &Snapshot{Ports: maps.Clone(t.ports), Generation: t.gen, Lineage: t.lineage, From: from, Changed: ch.Ports}, ch
 }

@@ -29,6 +29,8 @@ type NFTPlanner struct {
 	// change's elements follow from the counts, and the other service ports' calls need
 	// not be replayed (at 10,000 Services, most of a one-endpoint change's planning).
 	claims map[string]map[Key]claim
+	// lineage and gen name the snapshot planned last (see model.Snapshot.Lineage).
+	lineage, gen uint64
 }
 
 // claim counts the calls of Table.elem for one key of one set: n in all, same of them
@@ -90,24 +92,36 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 			d.Sets[s.Name] = true
 		}
 	}
-	next := make(map[model.ServicePortName]*fragment, len(snap.Ports))
+	// next is p.frags, changed in place where snap differs.
+	next := p.frags
 	var fresh []*fragment
-	for name, sp := range snap.Ports {
-		f := p.frags[name]
+	visit := func(name model.ServicePortName, sp *model.ServicePort) {
+		f := next[name]
 		if f != nil && f.sp == sp {
-			next[name] = f
-			continue
+			return
 		}
 		if f != nil {
 			drop(f)
+			delete(next, name)
 		}
-		f = planFragment(sp, p.Family, cfg)
-		next[name] = f
-		fresh = append(fresh, f)
+		if sp != nil {
+			f = planFragment(sp, p.Family, cfg)
+			next[name] = f
+			fresh = append(fresh, f)
+		}
 	}
-	for name, f := range p.frags {
-		if _, ok := next[name]; !ok {
-			drop(f)
+	if p.follows(snap) {
+		for name := range snap.Changed {
+			visit(name, snap.Ports[name])
+		}
+	} else {
+		for name, sp := range snap.Ports {
+			visit(name, sp)
+		}
+		for name := range next {
+			if _, ok := snap.Ports[name]; !ok {
+				visit(name, nil)
+			}
 		}
 	}
 	for _, f := range fresh {
@@ -149,8 +163,18 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 	}
 	t.planned()
 	p.frags, p.last = next, t
+	p.seen(snap)
 	return t
 }
+
+// follows reports whether snap differs from the snapshot planned last only in the ports
+// it lists as changed.
+func (p *NFTPlanner) follows(snap *model.Snapshot) bool {
+	return snap.Lineage != 0 && snap.Lineage == p.lineage && (snap.From == p.gen || snap.Generation == p.gen)
+}
+
+// seen records snap as the snapshot planned last.
+func (p *NFTPlanner) seen(snap *model.Snapshot) { p.lineage, p.gen = snap.Lineage, snap.Generation }
 
 // updateShared carries a shared set over from last to t, less the elements the dropped
 // fragments were the last to hold and plus those the fresh ones brought first, and lists
@@ -362,6 +386,7 @@ func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
 	}
 	t.planned()
 	p.frags, p.last, p.cfg, p.refs, p.claims = next, t, cfg, refs, claimsOf(next)
+	p.seen(snap)
 	return t
 }
 
