@@ -45,6 +45,9 @@ type Config struct {
 	EnableProfiling bool `json:"enableProfiling"`
 	// IPVS is the ipvs mode's part, kube-proxy's KubeProxyConfiguration.ipvs.
 	IPVS IPVSConfiguration `json:"ipvs"`
+	// NFTables is the nftables mode's part (kube-proxy's KubeProxyConfiguration.nftables
+	// has none of these fields).
+	NFTables NFTablesConfiguration `json:"nftables"`
 	// Conntrack sizes the connection tracking table and sets its timeouts, kube-proxy's
 	// KubeProxyConfiguration.conntrack.
 	Conntrack ConntrackConfiguration `json:"conntrack"`
@@ -78,6 +81,13 @@ type IPVSConfiguration struct {
 	// Scheduler is the default IPVS scheduler; a Service's edgegate.dev/ipvs-scheduler
 	// annotation picks another for it.
 	Scheduler string `json:"scheduler"`
+}
+
+// NFTablesConfiguration is the nftables mode's configuration.
+type NFTablesConfiguration struct {
+	// EndpointsPerTable is how many endpoint rules one nftables table holds before the
+	// Services' dispatch is split over more tables (0: never); see plan.NFTShards.
+	EndpointsPerTable int `json:"endpointsPerTable"`
 }
 
 // ConntrackConfiguration is kube-proxy's conntrack configuration, with its defaults: zero
@@ -161,6 +171,7 @@ func defaults() Config {
 		KubeAPIBurst:       cluster.DefaultBurst,
 		StateDir:           "/var/lib/edgegate",
 		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
+		NFTables:           NFTablesConfiguration{EndpointsPerTable: plan.DefaultPerTable},
 		LoadBalancer: LoadBalancerConfiguration{HeartbeatPort: member.DefaultPort,
 			HeartbeatInterval: Duration{member.DefaultInterval}, HeartbeatTimeout: Duration{member.DefaultTimeout}},
 		Update: UpdateConfiguration{Tries: update.DefaultTries, TrialTimeout: Duration{update.DefaultTrialTimeout},
@@ -230,6 +241,7 @@ func parseConfig(args []string) (Config, error) {
 	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
 	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables, iptables or ipvs")
 	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler, "ipvs mode: the default IPVS scheduler ("+strings.Join(plan.IPVSSchedulers, ", ")+")")
+	fs.IntVar(&c.NFTables.EndpointsPerTable, "nftables-endpoints-per-table", c.NFTables.EndpointsPerTable, "nftables mode: endpoint rules one table holds before the Services' NAT dispatch is split over tables edgegate-services-N (every change has the kernel re-check its whole table); 0 never splits")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
 	fs.Var(listFlag{&c.NodeIPs}, "node-ip", "this node's IP addresses, comma-separated (one per family)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
@@ -317,6 +329,9 @@ func (c *Config) validate() error {
 	}
 	if !plan.ValidScheduler(c.IPVS.Scheduler) {
 		errs = append(errs, fmt.Errorf("--ipvs-scheduler (ipvs.scheduler): %q is not an IPVS scheduler (%s)", c.IPVS.Scheduler, strings.Join(plan.IPVSSchedulers, ", ")))
+	}
+	if c.NFTables.EndpointsPerTable < 0 {
+		errs = append(errs, fmt.Errorf("--nftables-endpoints-per-table (nftables.endpointsPerTable): %d is negative (0 never splits)", c.NFTables.EndpointsPerTable))
 	}
 	for _, ip := range c.NodeIPs {
 		if _, err := netip.ParseAddr(ip); err != nil {

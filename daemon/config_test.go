@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 func TestConfigFileThenFlags(t *testing.T) {
@@ -77,6 +79,22 @@ func TestIPVSConfig(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"--proxy-mode", "kernelspace"}); err == nil || !strings.Contains(err.Error(), "nftables, iptables, ipvs") {
 		t.Errorf("unknown mode: %v, want the supported ones listed", err)
+	}
+}
+
+func TestNFTablesEndpointsPerTable(t *testing.T) {
+	if c, err := parseConfig(nil); err != nil || c.NFTables.EndpointsPerTable != plan.DefaultPerTable {
+		t.Fatalf("default: %d, %v; want %d", c.NFTables.EndpointsPerTable, err, plan.DefaultPerTable)
+	}
+	if c, err := parseConfig([]string{"--config", writeFile(t, "nftables:\n  endpointsPerTable: 0\n")}); err != nil || c.NFTables.EndpointsPerTable != 0 {
+		t.Errorf("nftables.endpointsPerTable 0 from the file: %d, %v", c.NFTables.EndpointsPerTable, err)
+	}
+	if c, err := parseConfig([]string{"--nftables-endpoints-per-table", "100"}); err != nil || c.NFTables.EndpointsPerTable != 100 {
+		t.Errorf("--nftables-endpoints-per-table 100: %d, %v", c.NFTables.EndpointsPerTable, err)
+	}
+	_, err := parseConfig([]string{"--nftables-endpoints-per-table", "-1"})
+	if err == nil || !strings.Contains(err.Error(), "--nftables-endpoints-per-table (nftables.endpointsPerTable)") {
+		t.Errorf("a negative size: %v, want an error naming the setting", err)
 	}
 }
 

@@ -92,7 +92,8 @@ func main() {
 // dataplanes returns the dataplane of the configured mode and those of the other modes
 // (whose leftovers are removed).
 func dataplanes(cfg Config, families []model.Family, pc plan.Config) (proxy.Dataplane, []proxy.Dataplane, error) {
-	return proxy.NewDataplanes(cfg.ProxyMode, proxy.Options{Families: families, Config: pc, IPVSScheduler: cfg.IPVS.Scheduler})
+	return proxy.NewDataplanes(cfg.ProxyMode, proxy.Options{Families: families, Config: pc, IPVSScheduler: cfg.IPVS.Scheduler,
+		NFTEndpointsPerTable: cfg.NFTables.EndpointsPerTable})
 }
 
 func newLogger(level string) *slog.Logger {
@@ -149,7 +150,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 	var dash *dashboard.Dashboard // nil when disabled
 	if cfg.DashboardBindAddress != "" {
 		dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Plan: pc, Families: families,
-			Kernel: kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{})},
+			NFTPerTable: cfg.NFTables.EndpointsPerTable,
+			Kernel:      kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{})},
 			cfg.DashboardBindAddress, cfg.DashboardTokenFile, cfg.StateDir, log)
 	}
 	m := metrics.New()

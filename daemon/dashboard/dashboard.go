@@ -32,11 +32,14 @@ const SyncLimit = 120
 
 // Options configure a Dashboard.
 type Options struct {
-	Version  string
-	Mode     string // --proxy-mode
-	Node     string
-	Plan     plan.Config
-	Families []model.Family
+	Version string
+	Mode    string // --proxy-mode
+	Node    string
+	Plan    plan.Config
+	// NFTPerTable is nftables mode's --nftables-endpoints-per-table: the rules page shows
+	// the dispatch split over tables as the daemon splits it.
+	NFTPerTable int
+	Families    []model.Family
 	// Traffic reads per-service and per-backend counters; nil shows none.
 	Traffic TrafficSource
 	// Kernel reads addresses, routes and conntrack entries; nil shows none.
@@ -411,10 +414,11 @@ func (d *Dashboard) Run(ctx context.Context) {
 	}
 }
 
-// NFTCounters reads the counters of the nftables mode's table of a family, each under the
-// comment of the rule that holds it.
+// NFTCounters reads the counters of the nftables mode's tables of a family (those tables
+// accepts: edgegate and the tables a split dispatch is spread over), each under the comment
+// of the rule that holds it.
 type NFTCounters interface {
-	Counters(f model.Family, table string) (map[string]BackendTraffic, error)
+	Counters(f model.Family, tables func(name string) bool) (map[string]BackendTraffic, error)
 }
 
 // NFTTraffic is the nftables mode's TrafficSource: the plan gives the first rule of every
@@ -436,9 +440,9 @@ type NFTTraffic struct {
 func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error) {
 	raw := map[string]BackendTraffic{}
 	for _, f := range n.Families {
-		c, err := n.Counters.Counters(f, plan.TableName)
+		c, err := n.Counters.Counters(f, plan.NFTModeTable)
 		if err != nil {
-			return nil, fmt.Errorf("%s counters of table %s: %w", f, plan.TableName, err)
+			return nil, fmt.Errorf("%s counters of the nftables tables: %w", f, err)
 		}
 		for name, v := range c {
 			raw[f.String()+" "+name] = v

@@ -229,7 +229,11 @@ func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
 		for _, f := range d.opts.Families {
 			switch mode {
 			case ModeNFTables:
-				fmt.Fprint(w, plan.NFT(snap, f, d.opts.Plan).Dump())
+				// A split made afresh: it differs from the daemon's only while a shrunk
+				// cluster is between the sizes where the daemon keeps more tables.
+				for _, t := range (&plan.NFTShards{PerTable: d.opts.NFTPerTable}).Split(plan.NFT(snap, f, d.opts.Plan)) {
+					fmt.Fprint(w, t.Dump())
+				}
 			case ModeIPTables:
 				fmt.Fprintf(w, "# %s\n%s", f, plan.IPT(snap, f, d.opts.Plan).Dump())
 			}

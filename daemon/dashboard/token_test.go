@@ -49,8 +49,8 @@ func TestLoadToken(t *testing.T) {
 
 type fakeCounters map[model.Family]map[string]BackendTraffic
 
-func (f fakeCounters) Counters(fam model.Family, table string) (map[string]BackendTraffic, error) {
-	if table != plan.TableName {
+func (f fakeCounters) Counters(fam model.Family, tables func(string) bool) (map[string]BackendTraffic, error) {
+	if !tables(plan.TableName) {
 		return nil, nil
 	}
 	return f[fam], nil

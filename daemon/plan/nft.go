@@ -28,6 +28,9 @@ type Table struct {
 
 	// record, when set, takes elem's calls instead (NFTPlanner's fragments).
 	record *[]elemCall
+	// owner is the Service whose port is being planned: its NAT dispatch chains and
+	// affinity sets carry it (Chain.Dispatch).
+	owner model.ServiceName
 }
 
 // Delta names the chains and sets a table may hold differently from From: added, removed
@@ -60,6 +63,10 @@ type Chain struct {
 	Name  string
 	Hook  *Hook
 	Rules []Rule
+	// Dispatch is the Service whose NAT dispatch this chain is part of (its service,
+	// local, external and endpoint chains); zero for the layout's own chains and the
+	// firewall chains. Split keeps a Service's dispatch together in one table.
+	Dispatch model.ServiceName
 }
 
 // Hook makes a chain a base chain.
@@ -101,6 +108,8 @@ type Set struct {
 	Dynamic bool   // filled by the data path (affinity); the backend never rewrites elements
 	Timeout uint32 // seconds, for dynamic sets
 	Elems   []Elem
+	// Dispatch is the Service whose dispatch uses the set (affinity), as for chains.
+	Dispatch model.ServiceName
 }
 
 // Elem is one element; Verdict is set for maps.

@@ -62,7 +62,7 @@ func NFT(snap *model.Snapshot, f model.Family, cfg Config) *Table {
 func (t *Table) planned() { t.owners = nil }
 
 func (t *Table) chain(name string, hook *Hook, rules ...Rule) *Chain {
-	c := &Chain{Name: name, Hook: hook, Rules: rules}
+	c := &Chain{Name: name, Hook: hook, Rules: rules, Dispatch: t.owner}
 	t.Chains[name] = c
 	return c
 }
@@ -234,6 +234,8 @@ func verdictFor(o Outcome) Verdict {
 // servicePort adds every chain, map element and counter of one ServicePort.
 func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 	sp := p.SP
+	t.owner = sp.Name.ServiceName
+	defer func() { t.owner = model.ServiceName{} }()
 	base := ChainBase(sp.Name)
 	svcChain, localChain := "service-"+base, "local-"+base
 	extChain, fwChain := "external-"+base, "firewall-"+base
@@ -309,6 +311,7 @@ func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 	// an operator who restricted sources never gets an open IPv6 door by accident.
 	if len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0 {
 		fw := t.chain(fwChain, nil)
+		fw.Dispatch = model.ServiceName{} // the filter hooks' firewall-ips map goes to it
 		for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {
 			fw.Rules = append(fw.Rules, Rule{MatchAddr{Source: true, Prefix: r}, Do{Verdict{Kind: VerdictReturn}}})
 		}
@@ -383,6 +386,6 @@ func (t *Table) endpoint(p *PortPolicy, e model.Endpoint, cfg Config) {
 		return
 	}
 	name, set := EndpointChain(sp.Name, e), AffinitySet(sp.Name, e)
-	t.Sets[set] = &Set{Name: set, Key: KeyAddr, Dynamic: true, Timeout: sp.AffinityTimeout}
+	t.Sets[set] = &Set{Name: set, Key: KeyAddr, Dynamic: true, Timeout: sp.AffinityTimeout, Dispatch: t.owner}
 	t.chain(name, nil, Rule{Counter{name}}, Rule{UpdateSource{Set: set}}, Rule{dnatTo(sp, e)})
 }

@@ -48,13 +48,16 @@ type Options struct {
 	Config   plan.Config
 	// IPVSScheduler is ipvs mode's default scheduler (--ipvs-scheduler).
 	IPVSScheduler string
+	// NFTEndpointsPerTable is nftables mode's plan.NFTShards.PerTable
+	// (--nftables-endpoints-per-table).
+	NFTEndpointsPerTable int
 }
 
 // NewDataplanes returns the kernel dataplane of mode and those of every other mode, whose
 // leftovers a start in mode removes (two modes must never translate the same traffic).
 func NewDataplanes(mode string, o Options) (Dataplane, []Dataplane, error) {
 	all := []Dataplane{
-		&NFTables{Rules: nft.New(), Families: o.Families, Config: o.Config},
+		&NFTables{Rules: nft.New(), Families: o.Families, Config: o.Config, PerTable: o.NFTEndpointsPerTable},
 		&IPTables{Rules: ipt.New(), Families: o.Families, Config: o.Config},
 		&IPVS{Backend: ipvs.NewApplier(), Families: o.Families,
 			Config: plan.IPVSConfig{Config: o.Config, Scheduler: o.IPVSScheduler}},
@@ -79,9 +82,14 @@ type NFTables struct {
 	Rules    nft.Ruleset
 	Families []model.Family
 	Config   plan.Config
+	// PerTable is how many endpoint rules a table holds before a family's dispatch is
+	// split over more tables (plan.NFTShards); 0 never splits.
+	PerTable int
 
-	// planners re-plan only the service ports that changed, by family.
+	// planners re-plan only the service ports that changed, and shards split their
+	// tables, by family.
 	planners map[model.Family]*plan.NFTPlanner
+	shards   map[model.Family]*plan.NFTShards
 }
 
 var _ Dataplane = (*NFTables)(nil)
@@ -94,17 +102,18 @@ func (d *NFTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 	tables := make([]*plan.Table, 0, len(d.Families))
 	var conflicts []string
 	if d.planners == nil {
-		d.planners = map[model.Family]*plan.NFTPlanner{}
+		d.planners, d.shards = map[model.Family]*plan.NFTPlanner{}, map[model.Family]*plan.NFTShards{}
 	}
 	for _, f := range d.Families {
 		p := d.planners[f]
 		if p == nil {
 			p = &plan.NFTPlanner{Family: f}
 			d.planners[f] = p
+			d.shards[f] = &plan.NFTShards{PerTable: d.PerTable}
 		}
 		t := p.Plan(snap, d.Config)
 		conflicts = append(conflicts, t.Conflicts...)
-		tables = append(tables, t)
+		tables = append(tables, d.shards[f].Split(t)...)
 	}
 	st, err := d.Rules.Apply(tables, full)
 	return Result{Full: st.Full, Written: st.Chains, Elements: st.Elements, Deleted: st.Deleted, Conflicts: conflicts}, err

@@ -27,8 +27,14 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		snap := mt.Snapshot(
 			mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
 			mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.0.1.1"), mt.EP("10.0.1.2"), mt.EP("10.0.1.3")))
+		// The dispatch split over tables (one endpoint a table): the counters are read from
+		// all of them, and the connection below is DNATed by a shard's chains.
 		table := plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"})
-		if _, err := nft.New().Apply([]*plan.Table{table}, true); err != nil {
+		tables := (&plan.NFTShards{PerTable: 1}).Split(table)
+		if len(tables) < 3 {
+			t.Fatalf("split into %d tables, want the main table and shards", len(tables))
+		}
+		if _, err := nft.New().Apply(tables, true); err != nil {
 			t.Fatal(err)
 		}
 		k := Kernel{}
@@ -50,7 +56,7 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if conn, err := net.DialTimeout("tcp", "10.96.0.10:80", 100*time.Millisecond); err == nil {
 			conn.Close()
 		}
-		got, err := k.Counters(model.IPv4, plan.TableName)
+		got, err := k.Counters(model.IPv4, plan.NFTModeTable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +80,7 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if svc.Packets == 0 || svc.Bytes == 0 || picked != 1 {
 			t.Errorf("after one connection: service counter %+v, %d endpoint counters counted; want the service's and one endpoint's (%v)", svc, picked, got)
 		}
-		if none, err := k.Counters(model.IPv6, plan.TableName); err != nil || len(none) != 0 {
+		if none, err := k.Counters(model.IPv6, plan.NFTModeTable); err != nil || len(none) != 0 {
 			t.Errorf("a family without the table: %v %v, want no counters and no error", none, err)
 		}
 		tr, err := (&dashboard.NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)

@@ -14,14 +14,15 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
-// Counters reads the counters of a table's rules, each under its rule's comment (the plan
-// labels every counter so, see plan.Counter); a missing table has none. It lists the
-// table's chains, then dumps each chain's rules: one dump of the whole table costs the
+// Counters reads the counters of the rules of the tables of family f that tables accepts,
+// each under its rule's comment (the plan labels every counter so, see plan.Counter; the
+// same comment in several tables sums); missing tables have none. It lists the tables'
+// chains, then dumps each chain's rules: one dump of the whole table costs the
 // kernel time quadratic in its rules (it skips from the first rule again for every
 // message buffer; 4.8 s at 10,000 Services x 10 endpoints), a chain's dump only that
 // chain's. Messages are read through a fixed buffer and only comments and counters are
 // decoded.
-func (Kernel) Counters(f model.Family, table string) (map[string]dashboard.BackendTraffic, error) {
+func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[string]dashboard.BackendTraffic, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("netlink socket: %w", err)
@@ -31,19 +32,20 @@ func (Kernel) Counters(f model.Family, table string) (map[string]dashboard.Backe
 		return nil, fmt.Errorf("netlink bind: %w", err)
 	}
 	d := dumper{fd: fd, family: byte(tableFamily(f)), buf: make([]byte, 1<<16)}
-	var chains []string
+	var chains [][2]string // table, chain
 	err = d.dump(unix.NFT_MSG_GETCHAIN, nil, func(data []byte) error {
 		t, c, err := chainOf(data)
-		if t == table {
-			chains = append(chains, c)
+		if tables(t) {
+			chains = append(chains, [2]string{t, c})
 		}
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("nftables %s table %s: chains: %w", f, table, err)
+		return nil, fmt.Errorf("nftables %s: chains: %w", f, err)
 	}
 	out := map[string]dashboard.BackendTraffic{}
-	for _, chain := range chains {
+	for _, tc := range chains {
+		table, chain := tc[0], tc[1]
 		attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{
 			{Type: unix.NFTA_RULE_TABLE, Data: append([]byte(table), 0)},
 			{Type: unix.NFTA_RULE_CHAIN, Data: append([]byte(chain), 0)},

@@ -76,7 +76,12 @@ func normalized(t *testing.T, ns string) string {
 	if err != nil {
 		t.Fatalf("nft list table: %v\n%s", err, out)
 	}
-	text := strings.Join(strings.Fields(string(out)), " ")
+	return normalizedText(string(out))
+}
+
+// normalizedText puts one table's listing in normalized's order.
+func normalizedText(list string) string {
+	text := strings.Join(strings.Fields(list), " ")
 	body := text[strings.Index(text, "{")+1 : strings.LastIndex(text, "}")]
 	var blocks []string
 	depth, start := 0, 0
@@ -155,18 +160,7 @@ func TestPlannerPartialSyncsConverge(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
 		for i := 0; i < 25; i++ {
-			for n := 0; n < 6; n++ {
-				tr.DeleteService("ns", fmt.Sprintf("svc%d", n))
-				tr.DeleteSlice("ns", fmt.Sprintf("svc%d-1", n))
-			}
-			for _, o := range randomObjects(r, true) {
-				switch o := o.(type) {
-				case *v1.Service:
-					tr.UpsertService(o)
-				case *discovery.EndpointSlice:
-					tr.UpsertSlice(o)
-				}
-			}
+			replaceObjects(tr, randomObjects(r, true))
 			last, _ = tr.Snapshot()
 			if _, err := k.Apply([]*plan.Table{p.Plan(last, cfg)}, i == 0); err != nil {
 				t.Fatalf("state %d: %v", i, err)
@@ -185,6 +179,22 @@ func TestPlannerPartialSyncsConverge(t *testing.T) {
 	}
 	if !regexp.MustCompile(`hairpin-endpoints \{[^}]*elements = \{ 10\.200\.0\.`).MatchString(fresh) {
 		t.Errorf("the states share no hairpin elements:\n%s", fresh)
+	}
+}
+
+// replaceObjects makes objs (randomObjects') the tracker's only services and slices.
+func replaceObjects(tr *model.Tracker, objs []any) {
+	for n := 0; n < 6; n++ {
+		tr.DeleteService("ns", fmt.Sprintf("svc%d", n))
+		tr.DeleteSlice("ns", fmt.Sprintf("svc%d-1", n))
+	}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			tr.UpsertService(o)
+		case *discovery.EndpointSlice:
+			tr.UpsertSlice(o)
+		}
 	}
 }
 
@@ -287,4 +297,89 @@ func TestPartialSyncTouchesOnlyWhatChanged(t *testing.T) {
 			t.Errorf("partial sync of one endpoint change: %+v, want 1 chain written, 1 element added, nothing deleted", st)
 		}
 	})
+}
+
+// normalizedAll is normalized for every table of edgegate's in the ip family: the main
+// table and the shards of a split dispatch, each under its name.
+func normalizedAll(t *testing.T, ns string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "tables", "ip").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list tables: %v\n%s", err, out)
+	}
+	var all []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name := strings.TrimPrefix(line, "table ip ")
+		if !owned(name) {
+			continue
+		}
+		list, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "ip", name).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list table %s: %v\n%s", name, err, list)
+		}
+		all = append(all, "table "+name+":\n"+normalizedText(string(list)))
+	}
+	slices.Sort(all)
+	return strings.Join(all, "\n")
+}
+
+// TestSplitPartialSyncsConverge is TestPlannerPartialSyncsConverge with the dispatch split
+// over tables (plan.NFTShards) at a few endpoints a table, so that the states' sizes grow
+// and shrink the split: incremental syncs, which move Services between tables and delete
+// the tables a smaller split no longer uses, end where a full sync of the last state puts a
+// fresh namespace; and a full sync into a namespace holding a larger split's tables
+// deletes those.
+func TestSplitPartialSyncsConverge(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	cfg := plan.Config{NodeName: "gw"}
+	tr := model.NewTracker()
+	p := &plan.NFTPlanner{Family: model.IPv4}
+	s := &plan.NFTShards{PerTable: 3}
+	var last *model.Snapshot
+	var incremental, fresh string
+	splits := map[int]bool{}
+	inNetns(t, func(ns string) {
+		k := New()
+		for i := 0; i < 40; i++ {
+			objs := randomObjects(r, true)
+			if i%10 >= 7 { // now and then few enough Services for fewer tables
+				objs = objs[:min(len(objs), 2)]
+			}
+			replaceObjects(tr, objs)
+			last, _ = tr.Snapshot()
+			tables := s.Split(p.Plan(last, cfg))
+			splits[s.Tables()] = true
+			st, err := k.Apply(tables, i == 0)
+			if err != nil {
+				t.Fatalf("state %d (%d tables): %v", i, len(tables), err)
+			}
+			if i > 0 && st.Full {
+				t.Fatalf("state %d was applied in full; want incremental", i)
+			}
+		}
+		incremental = normalizedAll(t, ns)
+	})
+	if len(splits) < 3 {
+		t.Fatalf("the states split the dispatch only %v ways: the test wants growing and shrinking splits", splits)
+	}
+	// The same sharder splits the last state from scratch (a table without a Delta), at the
+	// number of tables it has come to.
+	want := s.Split(plan.NFT(last, model.IPv4, cfg))
+	inNetns(t, func(ns string) {
+		// A larger split's tables first, as a run with more Services would have left them.
+		big := (&plan.NFTShards{PerTable: 1}).Split(plan.NFT(last, model.IPv4, cfg))
+		if len(big) <= len(want) {
+			t.Fatalf("a split at 1 endpoint a table has %d tables, the last state's %d", len(big), len(want))
+		}
+		if _, err := New().Apply(big, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New().Apply(want, true); err != nil {
+			t.Fatal(err)
+		}
+		fresh = normalizedAll(t, ns)
+	})
+	if incremental != fresh {
+		t.Errorf("incremental syncs ended elsewhere than a full sync:\nincremental: %s\nfull:        %s", incremental, fresh)
+	}
 }

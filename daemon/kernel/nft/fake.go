@@ -2,6 +2,7 @@ package nft
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 
@@ -13,7 +14,7 @@ import (
 // applied and dumps it as text; FailNext makes the next Apply fail like a refused batch.
 type Fake struct {
 	mu       sync.Mutex
-	tables   map[model.Family]*plan.Table
+	tables   map[model.Family][]*plan.Table
 	dirty    bool
 	Applies  []Stats
 	FailNext error
@@ -22,7 +23,7 @@ type Fake struct {
 var _ Ruleset = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
-func NewFake() *Fake { return &Fake{tables: map[model.Family]*plan.Table{}, dirty: true} }
+func NewFake() *Fake { return &Fake{tables: map[model.Family][]*plan.Table{}, dirty: true} }
 
 // Apply implements Ruleset. Like the kernel backend, a failure leaves the previous tables and
 // makes the next apply full.
@@ -41,10 +42,12 @@ func (f *Fake) Apply(tables []*plan.Table, full bool) (Stats, error) {
 			return st, errors.New("invalid plan: " + err.Error())
 		}
 	}
+	applied := map[model.Family][]*plan.Table{}
 	for _, t := range tables {
-		f.tables[t.Family] = t
+		applied[t.Family] = append(applied[t.Family], t)
 		st.Chains += len(t.Chains)
 	}
+	maps.Copy(f.tables, applied)
 	f.dirty = false
 	f.Applies = append(f.Applies, st)
 	return st, nil
@@ -54,18 +57,19 @@ func (f *Fake) Apply(tables []*plan.Table, full bool) (Stats, error) {
 func (f *Fake) Cleanup() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tables = map[model.Family]*plan.Table{}
+	f.tables = map[model.Family][]*plan.Table{}
 	f.dirty = true
 	return nil
 }
 
-// Dump returns the applied tables, IPv4 first, in plan.Table.Dump's form.
+// Dump returns the applied tables, IPv4 first, each family's in the order applied, in
+// plan.Table.Dump's form.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var b strings.Builder
 	for _, fam := range []model.Family{model.IPv4, model.IPv6} {
-		if t, ok := f.tables[fam]; ok {
+		for _, t := range f.tables[fam] {
 			b.WriteString(t.Dump())
 		}
 	}

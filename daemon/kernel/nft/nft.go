@@ -3,6 +3,7 @@
 package nft
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"reflect"
@@ -44,15 +45,26 @@ type Stats struct {
 // Kernel is the netlink-backed Ruleset.
 type Kernel struct {
 	mu      sync.Mutex
-	applied map[model.Family]*plan.Table
+	applied map[tableKey]*plan.Table
 	dirty   bool
 	sock    nlbatch.Socket // opened by the first apply, in its network namespace
 }
 
+// tableKey names a table in the kernel.
+type tableKey struct {
+	family model.Family
+	name   string
+}
+
+func keyOf(t *plan.Table) tableKey { return tableKey{t.Family, t.Name} }
+
+// owned reports whether a table of that name is edgegate's nftables mode's.
+var owned = plan.NFTModeTable
+
 var _ Ruleset = (*Kernel)(nil)
 
 // New returns a Kernel backend for the current network namespace.
-func New() *Kernel { return &Kernel{applied: map[model.Family]*plan.Table{}, dirty: true} }
+func New() *Kernel { return &Kernel{applied: map[tableKey]*plan.Table{}, dirty: true} }
 
 // dial opens a netlink connection for reading the kernel's tables and for small batches
 // (Cleanup); a sync's batch goes through nlbatch. A dump of a large table arrives while it
@@ -94,8 +106,9 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 		k.dirty = true
 		return st, err
 	}
+	k.applied = make(map[tableKey]*plan.Table, len(tables))
 	for _, t := range tables {
-		k.applied[t.Family] = t
+		k.applied[keyOf(t)] = t
 	}
 	k.dirty = false
 	return st, nil
@@ -112,17 +125,52 @@ func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error)
 		return Stats{}, err
 	}
 	st := Stats{Full: full}
+	kr := &kernelRead{conn: read, chains: map[nftables.TableFamily]map[string]map[string]bool{}}
+	wanted := map[tableKey]bool{}
 	for _, t := range tables {
-		b := &batch{conn: nb.Conn(), nb: nb, rules: newRuleWriter(t.Family, t.Name), read: read, want: t,
+		wanted[keyOf(t)] = true
+		prev := k.applied[keyOf(t)]
+		if !full && prev == t {
+			continue // a split table the change did not touch
+		}
+		b := &batch{conn: nb.Conn(), nb: nb, rules: newRuleWriter(t.Family, t.Name), read: kr, want: t,
 			table: &nftables.Table{Name: t.Name, Family: tableFamily(t.Family)}, st: &st}
 		if full {
-			err = b.full(recreate, k.applied[t.Family])
+			err = b.full(recreate, prev)
 		} else {
-			err = b.partial(k.applied[t.Family])
+			err = b.partial(prev)
 		}
 		if err != nil {
 			return st, fmt.Errorf("%s table %s: %w", t.Family, t.Name, err)
 		}
+	}
+	// Tables the dispatch is no longer split over go: those the last apply wrote, or in a
+	// full apply those the kernel holds in the families written (an earlier run's too).
+	gone := map[tableKey]bool{}
+	if !full {
+		for key := range k.applied {
+			if !wanted[key] {
+				gone[key] = true
+			}
+		}
+	} else {
+		for _, f := range families(tables) {
+			have, err := kr.tables(tableFamily(f))
+			if err != nil {
+				return st, err
+			}
+			for _, t := range have {
+				if key := (tableKey{f, t.Name}); owned(t.Name) && !wanted[key] {
+					gone[key] = true
+				}
+			}
+		}
+	}
+	for _, key := range slices.SortedFunc(maps.Keys(gone), func(a, b tableKey) int {
+		return cmp.Or(cmp.Compare(a.family, b.family), strings.Compare(a.name, b.name))
+	}) {
+		nb.Conn().DelTable(&nftables.Table{Name: key.name, Family: tableFamily(key.family)})
+		st.Deleted++
 	}
 	if err := nb.Send(&k.sock); err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
@@ -142,7 +190,7 @@ func (k *Kernel) Cleanup() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.dirty = true
-	k.applied = map[model.Family]*plan.Table{}
+	k.applied = map[tableKey]*plan.Table{}
 	conn, err := dial()
 	if err != nil {
 		return err
@@ -153,7 +201,7 @@ func (k *Kernel) Cleanup() error {
 	}
 	n := 0
 	for _, t := range tables {
-		if t.Name == plan.TableName && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) {
+		if owned(t.Name) && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) {
 			conn.DelTable(t)
 			n++
 		}
@@ -171,8 +219,8 @@ func (k *Kernel) Cleanup() error {
 type batch struct {
 	conn  *nftables.Conn // queues the batch's messages but rules (nb.Conn)
 	nb    *nlbatch.Batch
-	rules *ruleWriter    // encodes the rules, which nb.Add queues
-	read  *nftables.Conn // reads what the kernel holds
+	rules *ruleWriter // encodes the rules, which nb.Add queues
+	read  *kernelRead // reads what the kernel holds
 	table *nftables.Table
 	want  *plan.Table
 	st    *Stats
@@ -317,9 +365,9 @@ type kernelObjects struct {
 // its named objects only if asked.
 func (b *batch) kernelObjects(objects bool) (kernelObjects, error) {
 	ko := kernelObjects{chains: map[string]bool{}, sets: map[string]*nftables.Set{}}
-	tables, err := b.read.ListTablesOfFamily(b.table.Family)
+	tables, err := b.read.tables(b.table.Family)
 	if err != nil {
-		return ko, fmt.Errorf("list tables: %w", err)
+		return ko, err
 	}
 	exists := false
 	for _, t := range tables {
@@ -329,16 +377,12 @@ func (b *batch) kernelObjects(objects bool) (kernelObjects, error) {
 		return ko, nil
 	}
 	ko.exists = true
-	chains, err := b.read.ListChainsOfTableFamily(b.table.Family)
+	chains, err := b.read.chainsOf(b.table)
 	if err != nil {
-		return ko, fmt.Errorf("list chains: %w", err)
+		return ko, err
 	}
-	for _, c := range chains {
-		if c.Table.Name == b.table.Name {
-			ko.chains[c.Name] = true
-		}
-	}
-	sets, err := b.read.GetSets(b.table)
+	ko.chains = chains
+	sets, err := b.read.conn.GetSets(b.table)
 	if err != nil {
 		return ko, fmt.Errorf("list sets: %w", err)
 	}
@@ -350,7 +394,7 @@ func (b *batch) kernelObjects(objects bool) (kernelObjects, error) {
 	if !objects {
 		return ko, nil
 	}
-	objs, err := b.read.GetNamedObjects(b.table)
+	objs, err := b.read.conn.GetNamedObjects(b.table)
 	if err != nil {
 		return ko, fmt.Errorf("list objects: %w", err)
 	}
@@ -533,3 +577,60 @@ func usesAny(c *plan.Chain, sets map[string]bool) bool {
 }
 
 func sortedNames[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// kernelRead reads the kernel's tables and chains once per family for all the tables of an
+// apply: listing chains dumps every chain of the family, 10,000 and more.
+type kernelRead struct {
+	conn      *nftables.Conn
+	tableList map[nftables.TableFamily][]*nftables.Table
+	chains    map[nftables.TableFamily]map[string]map[string]bool // table -> chain names
+}
+
+func (r *kernelRead) tables(f nftables.TableFamily) ([]*nftables.Table, error) {
+	if ts, ok := r.tableList[f]; ok {
+		return ts, nil
+	}
+	ts, err := r.conn.ListTablesOfFamily(f)
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	if r.tableList == nil {
+		r.tableList = map[nftables.TableFamily][]*nftables.Table{}
+	}
+	r.tableList[f] = ts
+	return ts, nil
+}
+
+// chainsOf returns the names of the chains a table holds (an empty set if none).
+func (r *kernelRead) chainsOf(t *nftables.Table) (map[string]bool, error) {
+	byTable, ok := r.chains[t.Family]
+	if !ok {
+		chains, err := r.conn.ListChainsOfTableFamily(t.Family)
+		if err != nil {
+			return nil, fmt.Errorf("list chains: %w", err)
+		}
+		byTable = map[string]map[string]bool{}
+		for _, c := range chains {
+			if byTable[c.Table.Name] == nil {
+				byTable[c.Table.Name] = map[string]bool{}
+			}
+			byTable[c.Table.Name][c.Name] = true
+		}
+		r.chains[t.Family] = byTable
+	}
+	if byTable[t.Name] == nil {
+		return map[string]bool{}, nil
+	}
+	return byTable[t.Name], nil
+}
+
+// families lists the families of tables, in order of first appearance.
+func families(tables []*plan.Table) []model.Family {
+	var out []model.Family
+	for _, t := range tables {
+		if !slices.Contains(out, t.Family) {
+			out = append(out, t.Family)
+		}
+	}
+	return out
+}
