@@ -23,7 +23,7 @@ func BenchmarkFullSync(b *testing.B) {
 				reset = nil
 			}
 			kerneltest.SyncLoop(b, reset, func() error {
-				_, err := k.Apply([]*plan.Table{plan.NFT(snap, model.IPv4, cfg)}, true)
+				_, err := k.Apply((&plan.NFTShards{PerTable: plan.DefaultPerTable}).Split(plan.NFT(snap, model.IPv4, cfg)), true)
 				return err
 			})
 		})
@@ -37,8 +37,9 @@ func BenchmarkFullSync(b *testing.B) {
 func BenchmarkOneEndpointChange(b *testing.B) {
 	kerneltest.OneChangeBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, inNetns, func() func(*model.Snapshot, bool) error {
 		k, p, cfg := New(), &plan.NFTPlanner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
+		s := &plan.NFTShards{PerTable: plan.DefaultPerTable} // as the daemon splits
 		return func(snap *model.Snapshot, full bool) error {
-			_, err := k.Apply([]*plan.Table{p.Plan(snap, cfg)}, full)
+			_, err := k.Apply(s.Split(p.Plan(snap, cfg)), full)
 			return err
 		}
 	})
