@@ -30,6 +30,8 @@ type probe struct {
 	fd   int             // the namespace, open while the connections are
 	kind layout          // what to look at
 	tbl  *nftables.Table // the table holding the service dispatch and endpoint chains
+	// found remembers the table each port chain was last found in (layout.Tables).
+	found map[string]*nftables.Table
 }
 
 // pollEvery is how often the probe reads the generation. Every read is a netlink round trip
@@ -41,6 +43,10 @@ type layout struct {
 	// Table and Family hold the chains below.
 	Table  string
 	Family nftables.TableFamily
+	// Tables, when set, says which tables of Family hold them instead: edgegate's
+	// nftables mode splits a large cluster's dispatch over tables (each Service's chains
+	// and its elements of the service map in one of them).
+	Tables func(name string) bool
 	// ServiceMap (nftables mode) has one element per ClusterIP, protocol and port; the full
 	// sync is in once it holds every service port.
 	ServiceMap string
@@ -64,7 +70,8 @@ func newProbe(ns string, l layout) (*probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe: open namespace %s: %w", ns, err)
 	}
-	p := &probe{ns: ns, fd: fd, kind: l, tbl: &nftables.Table{Name: l.Table, Family: l.Family}}
+	p := &probe{ns: ns, fd: fd, kind: l, tbl: &nftables.Table{Name: l.Table, Family: l.Family},
+		found: map[string]*nftables.Table{}}
 	if p.gen, err = netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: fd}); err != nil {
 		p.close()
 		return nil, fmt.Errorf("probe: netlink in %s: %w", ns, err)
@@ -123,16 +130,24 @@ func (p *probe) generation() (uint32, error) {
 // 0 while the table, map or chain does not exist yet.
 func (p *probe) services() (int, error) {
 	if p.kind.ServiceMap != "" {
-		elems, err := p.nft.GetSetElements(&nftables.Set{Table: p.tbl, Name: p.kind.ServiceMap})
+		tables, err := p.tables()
 		if err != nil {
-			if absent(err) {
-				return 0, nil
-			}
-			return 0, fmt.Errorf("probe %s: elements of %s %s: %w", p.ns, p.tbl.Name, p.kind.ServiceMap, err)
+			return 0, err
 		}
-		return len(elems), nil
+		n := 0
+		for _, t := range tables {
+			elems, err := p.nft.GetSetElements(&nftables.Set{Table: t, Name: p.kind.ServiceMap})
+			if err != nil {
+				if absent(err) {
+					continue
+				}
+				return 0, fmt.Errorf("probe %s: elements of %s %s: %w", p.ns, t.Name, p.kind.ServiceMap, err)
+			}
+			n += len(elems)
+		}
+		return n, nil
 	}
-	rules, err := p.rules(p.kind.ServicesChain)
+	rules, _, err := p.rules(p.kind.ServicesChain)
 	if err != nil {
 		return 0, err
 	}
@@ -148,21 +163,60 @@ func (p *probe) services() (int, error) {
 	return n, nil
 }
 
-// rules lists a chain's rules; none when the chain does not exist.
-func (p *probe) rules(chain string) ([]*nftables.Rule, error) {
-	rules, err := p.nft.GetRules(p.tbl, &nftables.Chain{Name: chain, Table: p.tbl})
-	if err != nil {
-		if absent(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("probe %s: rules of %s %s: %w", p.ns, p.tbl.Name, chain, err)
+// tables lists the tables that hold the layout's chains: Table, or those Tables accepts.
+func (p *probe) tables() ([]*nftables.Table, error) {
+	if p.kind.Tables == nil {
+		return []*nftables.Table{p.tbl}, nil
 	}
-	return rules, nil
+	all, err := p.nft.ListTablesOfFamily(p.kind.Family)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: list tables: %w", p.ns, err)
+	}
+	var out []*nftables.Table
+	for _, t := range all {
+		if p.kind.Tables(t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// rules lists a chain's rules and returns the table holding it; none when no table
+// holds it. With layout.Tables, the table it was last found in is asked first, and a table
+// that lists no rules for the chain is taken not to hold it (the kernel answers a dump of a
+// chain a table lacks with nothing; the chains looked for this way are never empty).
+func (p *probe) rules(chain string) ([]*nftables.Rule, *nftables.Table, error) {
+	tables := []*nftables.Table{p.tbl}
+	if p.kind.Tables != nil {
+		all, err := p.tables()
+		if err != nil {
+			return nil, nil, err
+		}
+		tables = all
+		if t := p.found[chain]; t != nil {
+			tables = append([]*nftables.Table{t}, tables...)
+		}
+	}
+	for _, t := range tables {
+		rules, err := p.nft.GetRules(t, &nftables.Chain{Name: chain, Table: t})
+		if err != nil {
+			if absent(err) {
+				continue
+			}
+			return nil, nil, fmt.Errorf("probe %s: rules of %s %s: %w", p.ns, t.Name, chain, err)
+		}
+		if len(rules) == 0 && p.kind.Tables != nil {
+			continue
+		}
+		p.found[chain] = t
+		return rules, t, nil
+	}
+	return nil, nil, nil
 }
 
 // endpoint reports whether the endpoint is in its service's dispatch (layout.PortChain).
 func (p *probe) endpoint(ep endpointRef) (bool, error) {
-	rules, err := p.rules(p.kind.PortChain(ep))
+	rules, table, err := p.rules(p.kind.PortChain(ep))
 	if err != nil {
 		return false, err
 	}
@@ -184,7 +238,7 @@ func (p *probe) endpoint(ep endpointRef) (bool, error) {
 				if !e.IsDestRegSet || e.SetName == "" {
 					continue
 				}
-				elems, err := p.mapValues(e.SetName)
+				elems, err := p.mapValues(table, e.SetName)
 				if err != nil {
 					return false, err
 				}
@@ -223,9 +277,9 @@ type mapValue struct {
 
 // mapValues dumps a map's values (google/nftables v0.3.0 decodes no verdict values); none
 // when the map does not exist (replaced meanwhile: the next generation tells).
-func (p *probe) mapValues(set string) ([]mapValue, error) {
+func (p *probe) mapValues(table *nftables.Table, set string) ([]mapValue, error) {
 	ae := netlink.NewAttributeEncoder()
-	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, p.tbl.Name)
+	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, table.Name)
 	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
 	attrs, err := ae.Encode()
 	if err != nil {
@@ -236,13 +290,13 @@ func (p *probe) mapValues(set string) ([]mapValue, error) {
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSETELEM),
 			Flags: netlink.Request | netlink.Dump,
 		},
-		Data: append([]byte{byte(p.tbl.Family), unix.NFNETLINK_V0, 0, 0}, attrs...),
+		Data: append([]byte{byte(table.Family), unix.NFNETLINK_V0, 0, 0}, attrs...),
 	})
 	if err != nil {
 		if absent(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("probe %s: elements of %s %s: %w", p.ns, p.tbl.Name, set, err)
+		return nil, fmt.Errorf("probe %s: elements of %s %s: %w", p.ns, table.Name, set, err)
 	}
 	var out []mapValue
 	for _, m := range msgs {
@@ -274,7 +328,7 @@ func (p *probe) mapValues(set string) ([]mapValue, error) {
 			})
 		})
 		if err != nil {
-			return nil, fmt.Errorf("probe %s: elements of %s %s: %w", p.ns, p.tbl.Name, set, err)
+			return nil, fmt.Errorf("probe %s: elements of %s %s: %w", p.ns, table.Name, set, err)
 		}
 	}
 	return out, nil

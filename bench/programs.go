@@ -81,6 +81,7 @@ var (
 			}
 			return layout{
 				Table: plan.TableName, Family: nftables.TableFamilyIPv4, ServiceMap: plan.MapServiceIPs,
+				Tables:    plan.NFTModeTable,
 				PortChain: func(ep endpointRef) string { return "service-" + plan.ChainBase(modelName(ep)) },
 				EndpointChain: func(ep endpointRef) string {
 					return plan.EndpointChain(modelName(ep), model.Endpoint{Addr: ep.Addr, Port: ep.TargetPort})

@@ -252,6 +252,17 @@ func (s KernelState) TablesNamed(name string) []string {
 	return out
 }
 
+// TablesMatching lists the tables whose names match, as "table <family> <name>".
+func (s KernelState) TablesMatching(match func(name string) bool) []string {
+	var out []string
+	for _, t := range s.Tables {
+		if match(t.Name) {
+			out = append(out, "table "+t.Family+" "+t.Name)
+		}
+	}
+	return out
+}
+
 // Link returns the named link.
 func (s KernelState) Link(name string) (Link, bool) {
 	i := slices.IndexFunc(s.Links, func(l Link) bool { return l.Name == name })

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 	discovery "k8s.io/api/discovery/v1"
 )
 
@@ -51,14 +53,16 @@ type modeTraits struct {
 var modes = map[string]modeTraits{
 	"nftables": {
 		ruleset:    []string{"table ip edgegate", "table ip6 edgegate"},
-		owned:      func(s KernelState) []string { return s.TablesNamed("edgegate") },
+		owned:      func(s KernelState) []string { return s.TablesMatching(plan.NFTModeTable) },
 		breakRules: flushNFTServices,
+		scenarios:  func() []Scenario { return []Scenario{serviceIPOverNodePort()} },
 	},
 	// iptables mode lives in the shared ip/ip6 nat and filter tables, under EG- chains.
 	"iptables": {
 		ruleset:    []string{"chain EG-SERVICES", "chain EG-POSTROUTING", "jump EG-SERVICES"},
 		owned:      iptablesOwned,
 		breakRules: flushIptServices,
+		scenarios:  func() []Scenario { return []Scenario{serviceIPOverNodePort()} },
 	},
 	// ipvs mode: virtual servers on the dummy interface's addresses, and the auxiliary
 	// rules in a table of their own. It needs IPVS in the kernel: the QEMU guest's.
@@ -124,10 +128,22 @@ func flushIptServices(t *testing.T, l *Lab) {
 }
 
 // flushNFTServices empties the chain every service lookup goes through (kube-proxy's
-// layout, which edgegate follows), or the whole table's rules if the layout has no such
-// chain.
+// layout, which edgegate follows), in every table of a split dispatch, or the whole
+// table's rules if the layout has no such chain.
 func flushNFTServices(t *testing.T, l *Lab) {
 	t.Helper()
+	if shards := kernelState(t, l).TablesMatching(plan.IsShardTable); len(shards) > 0 {
+		for _, s := range shards {
+			name, ok := strings.CutPrefix(s, "table ip ")
+			if !ok {
+				continue // IPv6: the scenario breaks IPv4 traffic
+			}
+			if err := flushChain(l, nftables.TableFamilyIPv4, name, "services"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
 	if err := flushChain(l, nftables.TableFamilyIPv4, "edgegate", "services"); err != nil {
 		t.Logf("no services chain to flush (%v); flushing every rule of table ip edgegate", err)
 		conn, err := nftables.New(nftables.WithNetNSFd(int(l.Gateway.ns)))
@@ -209,7 +225,11 @@ func DaemonArgs(mode, manifestDir string) []string {
 // RunMatrix builds a lab, starts one daemon in the given proxy mode with every scenario's
 // manifests (the shared ones and the mode's own), runs each scenario as a subtest, and
 // finally checks that `edgegate --cleanup` leaves nothing of any mode behind.
-func RunMatrix(t *testing.T, mode string) {
+func RunMatrix(t *testing.T, mode string) { RunMatrixWith(t, mode, nil, nil) }
+
+// RunMatrixWith is RunMatrix with extra daemon flags, and a first scenario that checks
+// what they do (may be nil).
+func RunMatrixWith(t *testing.T, mode string, extra []string, first *Scenario) {
 	traits, ok := modes[mode]
 	if !ok {
 		t.Fatalf("the traffic matrix knows no proxy mode %q (add its traits to modes in lab/matrix.go)", mode)
@@ -217,6 +237,9 @@ func RunMatrix(t *testing.T, mode string) {
 	l := New(t, Options{Prefix: "egm"})
 	dir := ManifestDir(t.TempDir())
 	scenarios := Scenarios()
+	if first != nil {
+		scenarios = append([]Scenario{*first}, scenarios...)
+	}
 	if traits.scenarios != nil {
 		scenarios = append(scenarios, traits.scenarios()...)
 	}
@@ -225,7 +248,7 @@ func RunMatrix(t *testing.T, mode string) {
 			dir.Write(t, s.Name, s.Manifests)
 		}
 	}
-	d := l.StartDaemon(t, DaemonArgs(mode, string(dir))...)
+	d := l.StartDaemon(t, append(DaemonArgs(mode, string(dir)), extra...)...)
 	g := &Gateway{Mode: mode, Manifests: dir, Daemon: d, traits: traits}
 	for _, s := range scenarios {
 		t.Run(s.Name, func(t *testing.T) {

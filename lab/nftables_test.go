@@ -1,13 +1,38 @@
 package lab
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 // TestTrafficMatrixNftables runs every scenario against one daemon in nftables mode.
 func TestTrafficMatrixNftables(t *testing.T) { RunMatrix(t, "nftables") }
+
+// TestTrafficMatrixNftablesSplit runs every scenario with the Services' dispatch split over
+// tables (two endpoints a table: dozens of tables per family), as a large cluster's is:
+// traffic must behave exactly as with one table.
+func TestTrafficMatrixNftablesSplit(t *testing.T) {
+	RunMatrixWith(t, "nftables", []string{"--nftables-endpoints-per-table=2"}, &Scenario{Name: "split", Check: func(t *testing.T, l *Lab, g *Gateway) {
+		eventually(t, 10*time.Second, "the dispatch split over tables in both families", func() (bool, string) {
+			st := kernelState(t, l)
+			var v4, v6 int
+			for _, name := range st.TablesMatching(plan.IsShardTable) {
+				if strings.HasPrefix(name, "table ip6 ") {
+					v6++
+				} else {
+					v4++
+				}
+			}
+			// The matrix has fewer IPv6 endpoints.
+			return v4 >= 8 && v6 >= 2, fmt.Sprintf("%d IPv4 and %d IPv6 shard tables (want 8 and 2 or more): %v", v4, v6, st.TablesMatching(plan.NFTModeTable))
+		})
+	}})
+}
 
 // TestEmbeddedDefaultNftables starts the daemon the way the demo does, without --manifests,
 // and checks the embedded default services that the demo shows.

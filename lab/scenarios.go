@@ -13,7 +13,8 @@ import (
 //
 //	ClusterIPs 10.96.10.1-15, 10.96.10.20-22, 10.96.10.30, fd00:96::10:9; node ports 30102-30109,
 //	health check 30205; LoadBalancer IPs 203.0.113.103-109, 2001:db8:113::109; external
-//	IP 198.51.100.14. A mode's own scenarios use others (ipvs: 10.96.11.0/24).
+//	IP 198.51.100.14. A mode's own scenarios use others (ipvs: 10.96.11.0/24; nftables and
+//	iptables: 10.96.10.23-24, node port 30110).
 //
 // Endpoints are on nodes worker-N, never on the gateway itself (--hostname-override).
 func Scenarios() []Scenario {
@@ -34,6 +35,33 @@ func Scenarios() []Scenario {
 		fullResyncRepairsRules(),
 		incrementalChangeKeepsConnections(),
 		brokenManifestsKeepServing(),
+	}
+}
+
+// serviceIPOverNodePort: the node's own address is one Service's external IP on a port
+// that another Service has as its node port. As in kube-proxy, the Service IP wins: node
+// ports are looked up only after every Service IP (in nftables mode also when the dispatch
+// is split over tables, whose node-port chains run after all their Service IP chains). An
+// IPVS virtual server cannot tell the two apart, so ipvs mode does not run it.
+func serviceIPOverNodePort() Scenario {
+	byIP := service("ip-over-nodeport", []string{"10.96.10.23"}, externalIPs(NodeIPv4.String()))
+	byIP.Spec.Ports[0].Port = 30110
+	byPort := service("nodeport-under-ip", []string{"10.96.10.24"}, nodePort(30110))
+	return Scenario{
+		Name: "service-ip-wins-over-node-port",
+		Manifests: manifests(byIP, slice(byIP, discovery.AddressTypeIPv4, ready(2, 3)),
+			byPort, slice(byPort, discovery.AddressTypeIPv4, ready(1))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			// The node port itself works on the Service's own ClusterIP path.
+			if byBackend, _ := tally(t, l.Client, "10.96.10.24:80", 3); byBackend["backend-1"] != 3 {
+				t.Fatalf("nodeport-under-ip's ClusterIP reached %s, want backend-1 only", describe(byBackend))
+			}
+			addr := NodeIPv4.String() + ":30110"
+			byBackend, _ := tally(t, l.Client, addr, 12)
+			if byBackend["backend-1"] > 0 || len(byBackend) < 2 {
+				t.Errorf("%s (external IP of ip-over-nodeport, node port of nodeport-under-ip) reached %s, want backend-2 and backend-3 only", addr, describe(byBackend))
+			}
+		},
 	}
 }
 
