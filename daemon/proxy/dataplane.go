@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipt"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
@@ -33,6 +34,9 @@ type Result struct {
 	Conflicts []string
 	// Problems lists input the plan ignored (an invalid scheduler annotation).
 	Problems []string
+	// Layout says, in nftables mode, over how many tables each family's Service dispatch
+	// is split ("IPv4: 16 tables"); empty while no family's is.
+	Layout string
 }
 
 // Draining is implemented by a dataplane that has work left even when nothing changed:
@@ -115,8 +119,15 @@ func (d *NFTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 		conflicts = append(conflicts, t.Conflicts...)
 		tables = append(tables, d.shards[f].Split(t)...)
 	}
+	var layout []string
+	for _, f := range d.Families {
+		if n := d.shards[f].Tables(); n > 1 {
+			layout = append(layout, fmt.Sprintf("%s: %d tables", f, n))
+		}
+	}
 	st, err := d.Rules.Apply(tables, full)
-	return Result{Full: st.Full, Written: st.Chains, Elements: st.Elements, Deleted: st.Deleted, Conflicts: conflicts}, err
+	return Result{Full: st.Full, Written: st.Chains, Elements: st.Elements, Deleted: st.Deleted, Conflicts: conflicts,
+		Layout: strings.Join(layout, ", ")}, err
 }
 
 // Cleanup implements Dataplane.

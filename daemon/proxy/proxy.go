@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,7 @@ type Proxier struct {
 	pending     map[model.ServicePortName]struct{}
 	lastTrigger map[model.ServicePortName]int64
 	conflicts   []string
+	layout      string // the last Result.Layout
 	problems    []string
 	release     releaser
 }
@@ -105,6 +107,12 @@ func (p *Proxier) Sync() error {
 	}
 	p.needFull = false
 	p.pending = nil
+	if res.Layout != p.layout {
+		// Splitting the dispatch anew moves Services between tables: worth a line.
+		p.Log.Info("nftables dispatch split over tables (--nftables-endpoints-per-table)",
+			"was", cmp.Or(p.layout, "one table"), "now", cmp.Or(res.Layout, "one table"))
+		p.layout = res.Layout
+	}
 	end := p.Now()
 	if res.Full {
 		p.lastFull = start

@@ -130,3 +130,38 @@ func TestFailedSyncKeepsRulesAndRetriesFull(t *testing.T) {
 		t.Errorf("conntrack cleanup calls: %v", f.ct.calls)
 	}
 }
+
+// TestSplitDispatchLogged: with few endpoints a table, nftables mode hands the backend the
+// main table and the shards, says so in its result, and the proxier logs the split when it
+// changes (and only then).
+func TestSplitDispatchLogged(t *testing.T) {
+	f := newFixture()
+	var log strings.Builder
+	f.p.Log = slog.New(slog.NewTextHandler(&log, nil))
+	f.p.Dataplane.(*NFTables).PerTable = 2
+	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
+	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "split") || strings.Contains(f.rules.Dump(), plan.ShardTablePrefix) {
+		t.Fatalf("two rules split into tables:\n%s\n%s", log.String(), f.rules.Dump())
+	}
+	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.13")))
+	f.now = f.now.Add(time.Second)
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), `now="IPv4: 2 tables"`) || !strings.Contains(f.rules.Dump(), "table ip "+plan.ShardTable(1)) {
+		t.Fatalf("four rules at two a table: want the split logged and programmed:\n%s\n%s", log.String(), f.rules.Dump())
+	}
+	logged := log.Len()
+	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.14")))
+	f.now = f.now.Add(time.Second)
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String()[logged:], "split") {
+		t.Errorf("an unchanged split logged again:\n%s", log.String()[logged:])
+	}
+}
