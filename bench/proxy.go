@@ -57,6 +57,7 @@ type result struct {
 	SteadyRSS    int64         // VmRSS in KiB, settle after the full sync
 	PeakRSS      int64         // VmHWM in KiB at the end of the run
 	Dispatched   int           // service ports the probe counted
+	Tables       int           // nftables tables holding them (edgegate splits a large dispatch)
 	// Unfinished: the kernel did not dispatch every service port within the limit; only
 	// Programmed (the limit), Dispatched, CPU and the RSS by then are set.
 	Unfinished bool
@@ -146,6 +147,9 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 	}
 	res.Programmed = seen.Sub(start)
 	res.Dispatched = n
+	if ts, err := pr.tables(); err == nil {
+		res.Tables = len(ts)
+	}
 
 	// Its own word: the kernel may hold the rules before the program has finished its sync
 	// (it commits, then reads the kernel's replies, reaps its children, records the time), so

@@ -132,6 +132,7 @@ func (h *harness) section(sz size, mode string, created time.Duration, want int,
 		return dur(r.CPU)
 	})
 	row("service ports in the kernel", true, false, func(r result) value { return plain(r.Dispatched) })
+	row("tables holding the dispatch", false, false, func(r result) value { return plain(r.Tables) })
 	row(fmt.Sprintf("RSS %v after the full sync (VmRSS)", settle), false, true, func(r result) value { return mib(r.SteadyRSS) })
 	row("peak RSS, whole run (VmHWM)", true, true, func(r result) value { return mib(r.PeakRSS) })
 
