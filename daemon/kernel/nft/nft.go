@@ -106,7 +106,9 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 		k.dirty = true
 		return st, err
 	}
-	k.applied = make(map[tableKey]*plan.Table, len(tables))
+	// The families written hold exactly their tables now; the others are as they were.
+	written := families(tables)
+	maps.DeleteFunc(k.applied, func(key tableKey, _ *plan.Table) bool { return slices.Contains(written, key.family) })
 	for _, t := range tables {
 		k.applied[keyOf(t)] = t
 	}
@@ -149,7 +151,7 @@ func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error)
 	gone := map[tableKey]bool{}
 	if !full {
 		for key := range k.applied {
-			if !wanted[key] {
+			if !wanted[key] && slices.Contains(families(tables), key.family) {
 				gone[key] = true
 			}
 		}
