@@ -173,7 +173,7 @@ func (d *daemon) cpuTime() (time.Duration, error) {
 
 // programmedServices counts the Services of the given mode the gateway's kernel holds,
 // read over netlink and procfs (the guest has no nft, iptables-save nor ipvsadm): the
-// elements of nftables mode's service map, the rules of iptables mode's SERVICES chain
+// elements of nftables mode's service map (in all its tables), the rules of iptables mode's SERVICES chain
 // that jump to a Service's chain, IPVS's virtual servers. edgegate writes each sync in one
 // transaction (IPVS: one sync), so the count reaching N means the whole rule set is there.
 func programmedServices(gw node, mode string) (int, error) {
@@ -183,15 +183,28 @@ func programmedServices(gw node, mode string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("nftables in %s: %w", gw.Name, err)
 		}
-		set, err := conn.GetSetByName(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: plan.TableName}, plan.MapServiceIPs)
+		// A large cluster's dispatch is split over edgegate-services-<k> (plan.NFTShards):
+		// the map's elements are summed over every table of the mode.
+		tables, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
 		if err != nil {
-			return 0, nil // no table or map yet
+			return 0, fmt.Errorf("nftables tables in %s: %w", gw.Name, err)
 		}
-		elems, err := conn.GetSetElements(set)
-		if err != nil {
-			return 0, fmt.Errorf("map ip %s %s in %s: %w", plan.TableName, plan.MapServiceIPs, gw.Name, err)
+		n := 0
+		for _, t := range tables {
+			if !plan.NFTModeTable(t.Name) {
+				continue
+			}
+			set, err := conn.GetSetByName(t, plan.MapServiceIPs)
+			if err != nil {
+				continue // no map in this table (the main one of a split), or not yet
+			}
+			elems, err := conn.GetSetElements(set)
+			if err != nil {
+				return 0, fmt.Errorf("map ip %s %s in %s: %w", t.Name, plan.MapServiceIPs, gw.Name, err)
+			}
+			n += len(elems)
 		}
-		return len(elems), nil
+		return n, nil
 	case "iptables":
 		conn, err := nftables.New(nftables.WithNetNSFd(int(gw.ns)))
 		if err != nil {
