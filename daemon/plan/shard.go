@@ -156,7 +156,7 @@ func (s *NFTShards) Split(t *Table) []*Table {
 }
 
 func dispatchRules(c *Chain) int {
-	if c == nil || c.Dispatch == (model.ServiceName{}) {
+	if dispatchOf(c) == (model.ServiceName{}) {
 		return 0
 	}
 	return len(c.Rules)
@@ -182,7 +182,7 @@ func (s *NFTShards) splitAll(t *Table) []*Table {
 	for name, c := range t.Chains {
 		switch {
 		case c.Dispatch != model.ServiceName{}:
-			out[1+ShardOf(c.Dispatch, s.n)].Chains[name] = c
+			out[s.home(c.Dispatch)].Chains[name] = c
 		case !splitChains[name]:
 			main.Chains[name] = c
 		}
@@ -190,10 +190,12 @@ func (s *NFTShards) splitAll(t *Table) []*Table {
 	for name, set := range t.Sets {
 		switch {
 		case set.Dispatch != model.ServiceName{}:
-			out[1+ShardOf(set.Dispatch, s.n)].Sets[name] = set
+			out[s.home(set.Dispatch)].Sets[name] = set
 		case splitMaps[name]:
 			for _, e := range set.Elems {
-				sh := out[s.home(t.Chains[e.Verdict.Chain])]
+				// An element leading elsewhere than to a dispatch chain would be a plan
+				// bug: it goes to the first shard, where the kernel refuses it.
+				sh := out[max(1, s.home(dispatchOf(t.Chains[e.Verdict.Chain])))]
 				sh.Sets[name].Elems = append(sh.Sets[name].Elems, e)
 			}
 		default:
@@ -248,19 +250,21 @@ func (sh *Table) nodePortChains(planned *Table) {
 	}
 }
 
-// home is the index in a split of the table that holds a chain.
-func (s *NFTShards) home(c *Chain) int {
-	if c == nil || c.Dispatch == (model.ServiceName{}) {
+// home is the index in a split of the table that holds a Service's dispatch: 0, the main
+// table, for the zero Service (the layout's own chains and sets).
+func (s *NFTShards) home(svc model.ServiceName) int {
+	if svc == (model.ServiceName{}) {
 		return 0
 	}
-	return 1 + ShardOf(c.Dispatch, s.n)
+	return 1 + ShardOf(svc, s.n)
 }
 
-func (s *NFTShards) homeOfSet(set *Set) int {
-	if set == nil || set.Dispatch == (model.ServiceName{}) {
-		return 0
+// dispatchOf is a chain's Dispatch; zero for none.
+func dispatchOf(c *Chain) model.ServiceName {
+	if c == nil {
+		return model.ServiceName{}
 	}
-	return 1 + ShardOf(set.Dispatch, s.n)
+	return c.Dispatch
 }
 
 // splitDelta applies t's Delta to the last split; false if it cannot (a split map's
@@ -280,12 +284,12 @@ func (s *NFTShards) splitDelta(t *Table) ([]*Table, bool) {
 	}
 	for name := range d.Chains {
 		if old := d.From.Chains[name]; old != nil {
-			x := edit(s.home(old))
+			x := edit(s.home(old.Dispatch))
 			delete(x.Chains, name)
 			x.Delta.Chains[name] = true
 		}
 		if c := t.Chains[name]; c != nil {
-			x := edit(s.home(c))
+			x := edit(s.home(c.Dispatch))
 			x.Chains[name] = c
 			x.Delta.Chains[name] = true
 		}
@@ -298,7 +302,7 @@ func (s *NFTShards) splitDelta(t *Table) ([]*Table, bool) {
 			}
 			byShard := map[int]*ElemChanges{}
 			route := func(chains map[string]*Chain, e Elem) (*ElemChanges, bool) {
-				i := s.home(chains[e.Verdict.Chain])
+				i := s.home(dispatchOf(chains[e.Verdict.Chain]))
 				if i == 0 {
 					return nil, false
 				}
@@ -327,12 +331,12 @@ func (s *NFTShards) splitDelta(t *Table) ([]*Table, bool) {
 			continue
 		}
 		if old := d.From.Sets[name]; old != nil {
-			x := edit(s.homeOfSet(old))
+			x := edit(s.home(old.Dispatch))
 			delete(x.Sets, name)
 			x.Delta.Sets[name] = true
 		}
 		if set := t.Sets[name]; set != nil {
-			x := edit(s.homeOfSet(set))
+			x := edit(s.home(set.Dispatch))
 			x.Sets[name] = set
 			x.Delta.Sets[name] = true
 			if ch, ok := d.Elems[name]; ok {
