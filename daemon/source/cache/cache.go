@@ -8,12 +8,14 @@
 package cache
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -47,13 +49,15 @@ type State struct {
 }
 
 // document is the file's layout. The state is kept as raw bytes so that the checksum covers
-// exactly what is on disk.
+// exactly what is on disk. The checksum follows the state, whose bytes it is computed from
+// while they are written (files of earlier builds have it before; the order of a JSON
+// object's members does not matter to either reader).
 type document struct {
 	APIVersion string          `json:"apiVersion"`
 	Kind       string          `json:"kind"`
 	SavedAt    time.Time       `json:"savedAt"`
-	SHA256     string          `json:"sha256"`
 	State      json.RawMessage `json:"state"`
+	SHA256     string          `json:"sha256"`
 }
 
 type stateBody struct {
@@ -136,54 +140,118 @@ func checksum(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// encodeBody returns the state's body as written to the file; two states with the same
-// objects give the same bytes, which is how unchanged states are not written again.
-func encodeBody(st State) ([]byte, error) {
-	body := stateBody{Services: st.Services, EndpointSlices: st.EndpointSlices, Nodes: st.Nodes}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return nil, fmt.Errorf("encode cluster state: %w", err)
-	}
-	return b, nil
-}
-
-// Save writes the state atomically, with st.SavedAt as its time.
+// Save writes the state atomically, with st.SavedAt as its time. The state is encoded one
+// object at a time into the file, not into one buffer first: at 10,000 Services it is tens
+// of MB, and a save that allocated that much (twice over, with the buffer's growth) made
+// the Go runtime collect garbage in the middle of the next rule sync, every 30 s.
 func (f *File) Save(st State) error {
-	body, err := encodeBody(st)
-	if err != nil {
-		return err
-	}
-	return f.write(body, st.SavedAt)
-}
-
-// write writes the document json.Encoder would for body (compact JSON from encodeBody),
-// without copying body: at 10,000 Services it is tens of MB, and the encoder's copy of a
-// RawMessage and its growing buffer were most of a save's time.
-func (f *File) write(body []byte, savedAt time.Time) error {
-	head, err := json.Marshal(document{APIVersion: apiVersion, Kind: kind, SavedAt: savedAt.UTC(), SHA256: checksum(body), State: json.RawMessage("null")})
-	if err != nil {
-		return fmt.Errorf("encode cluster state: %w", err)
-	}
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
-	return writeAtomic(f.Path(), bytes.TrimSuffix(head, []byte("null}")), body, []byte("}\n"))
+	return writeAtomic(f.Path(), func(w io.Writer) error { return writeDocument(w, st) })
 }
 
-// writeAtomic replaces path with data so that a crash at any point leaves the old or the new
-// content: the data reaches the disk before the rename, and the rename before returning.
-func writeAtomic(path string, data ...[]byte) error {
+// writeDocument writes the document json.Encoder would for st (its body as json.Marshal
+// encodes the state), the checksum computed on the way.
+func writeDocument(w io.Writer, st State) error {
+	head, err := json.Marshal(document{APIVersion: apiVersion, Kind: kind, SavedAt: st.SavedAt.UTC(), State: json.RawMessage("null")})
+	if err != nil {
+		return fmt.Errorf("encode cluster state: %w", err)
+	}
+	head, ok := bytes.CutSuffix(head, []byte(`null,"sha256":""}`))
+	if !ok {
+		return fmt.Errorf("encode cluster state: unexpected document head %s", head)
+	}
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	sum := sha256.New()
+	if err := writeBody(io.MultiWriter(w, sum), st); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, `,"sha256":%q}`+"\n", hex.EncodeToString(sum.Sum(nil)))
+	return err
+}
+
+// writeBody writes the bytes json.Marshal gives for the state's body, object by object
+// through one reused buffer.
+func writeBody(w io.Writer, st State) error {
+	e := newObjectEncoder(w)
+	e.raw(`{"services":`)
+	encodeList(e, st.Services)
+	e.raw(`,"endpointSlices":`)
+	encodeList(e, st.EndpointSlices)
+	e.raw(`,"nodes":`)
+	encodeList(e, st.Nodes)
+	e.raw(`}`)
+	return e.err
+}
+
+// objectEncoder writes JSON to w piece by piece and keeps the first error.
+type objectEncoder struct {
+	w   io.Writer
+	buf bytes.Buffer
+	enc *json.Encoder
+	err error
+}
+
+func newObjectEncoder(w io.Writer) *objectEncoder {
+	e := &objectEncoder{w: w}
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}
+
+func (e *objectEncoder) raw(s string) {
+	if e.err == nil {
+		_, e.err = io.WriteString(e.w, s)
+	}
+}
+
+// object writes v as json.Marshal does: json.Encoder adds a newline, which is dropped.
+func (e *objectEncoder) object(v any) {
+	if e.err != nil {
+		return
+	}
+	e.buf.Reset()
+	if e.err = e.enc.Encode(v); e.err != nil {
+		e.err = fmt.Errorf("encode cluster state: %w", e.err)
+		return
+	}
+	_, e.err = e.w.Write(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")))
+}
+
+func encodeList[T any](e *objectEncoder, objs []*T) {
+	if objs == nil {
+		e.raw("null")
+		return
+	}
+	e.raw("[")
+	for i, o := range objs {
+		if i > 0 {
+			e.raw(",")
+		}
+		e.object(o)
+	}
+	e.raw("]")
+}
+
+// writeAtomic replaces path with what write writes so that a crash at any point leaves the
+// old or the new content: the data reaches the disk before the rename, and the rename before
+// returning.
+func writeAtomic(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("write cluster state cache: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	for _, d := range data {
-		if _, err := tmp.Write(d); err != nil {
-			tmp.Close()
-			return fmt.Errorf("write cluster state cache: %w", err)
-		}
+	bw := bufio.NewWriterSize(tmp, 256<<10)
+	if err := write(bw); err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		tmp.Close()
+		return fmt.Errorf("write cluster state cache: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const (
@@ -39,7 +41,7 @@ type Writer struct {
 	trigger chan struct{}
 
 	mu       sync.Mutex
-	lastSum  [sha256.Size]byte // of the body last written (not the body: tens of MB)
+	lastSum  [sha256.Size]byte // the fingerprint of the state last written
 	lastSave time.Time
 	lastErr  error
 }
@@ -115,15 +117,16 @@ func (w *Writer) save() bool {
 	if !ok {
 		return true
 	}
-	body, err := encodeBody(st)
+	sum, err := fingerprint(st)
 	if err == nil {
 		w.mu.Lock()
-		same := !w.lastSave.IsZero() && sha256.Sum256(body) == w.lastSum
+		same := !w.lastSave.IsZero() && sum == w.lastSum
 		w.mu.Unlock()
 		if same {
 			return true
 		}
-		err = w.file.write(body, w.now())
+		st.SavedAt = w.now()
+		err = w.file.Save(st)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -132,9 +135,49 @@ func (w *Writer) save() bool {
 		w.log.Warn("saving the cluster state cache failed; the previous one stays", "file", w.file.Path(), "err", err)
 		return false
 	}
-	w.lastSum = sha256.Sum256(body)
-	w.lastSave = w.now()
+	w.lastSum = sum
+	w.lastSave = st.SavedAt
 	w.log.Debug("saved the cluster state cache", "file", w.file.Path(), "services", len(st.Services),
-		"endpointslices", len(st.EndpointSlices), "nodes", len(st.Nodes), "bytes", len(body))
+		"endpointslices", len(st.EndpointSlices), "nodes", len(st.Nodes))
 	return true
+}
+
+// fingerprint identifies a state without encoding all of it: the API server gives a Service
+// or EndpointSlice a new resourceVersion whenever it stores it again, so its identity and
+// version stand for its content. Nodes (whose version moves with every heartbeat and is not
+// kept) and objects without a version count by their encoding.
+func fingerprint(st State) ([sha256.Size]byte, error) {
+	h := sha256.New()
+	e := newObjectEncoder(h)
+	meta := func(kind string, m *metav1.ObjectMeta, obj any) {
+		e.raw(kind + "\x00")
+		if m == nil || m.ResourceVersion == "" {
+			e.object(obj)
+			return
+		}
+		e.raw(m.Namespace + "\x00" + m.Name + "\x00" + string(m.UID) + "\x00" + m.ResourceVersion + "\n")
+	}
+	for _, s := range st.Services {
+		meta("Service", metaOf(s), s)
+	}
+	for _, s := range st.EndpointSlices {
+		meta("EndpointSlice", metaOf(s), s)
+	}
+	for _, n := range st.Nodes {
+		meta("Node", nil, n)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum, e.err
+}
+
+func metaOf[T any, P interface {
+	*T
+	GetObjectMeta() metav1.Object
+}](o P) *metav1.ObjectMeta {
+	if o == nil {
+		return nil
+	}
+	m, _ := o.GetObjectMeta().(*metav1.ObjectMeta)
+	return m
 }

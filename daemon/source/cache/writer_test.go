@@ -196,3 +196,36 @@ func TestWriterRetriesFailedWrites(t *testing.T) {
 		t.Errorf("after the retry the file has %d services, want 1", n)
 	}
 }
+
+// TestWriterKnowsStoredObjectsByVersion: a state whose Services and EndpointSlices carry the
+// versions last written is not encoded again, whatever else a trigger says; a new version
+// is written.
+func TestWriterKnowsStoredObjectsByVersion(t *testing.T) {
+	versioned := func(rv string) State {
+		st := sampleState()
+		st.Services[0].ResourceVersion, st.EndpointSlices[0].ResourceVersion = "10", rv
+		return st
+	}
+	src := &source{}
+	src.set(versioned("11"), true)
+	w, f, _, _ := startWriter(t, src, time.Millisecond, 0)
+	w.Trigger()
+	var first time.Time
+	waitFor(t, "first save", func() bool { first, _ = w.LastSave(); return !first.IsZero() })
+
+	w.Trigger()
+	waitFor(t, "second snapshot", func() bool { return src.calls.Load() == 2 })
+	time.Sleep(10 * time.Millisecond)
+	if again, _ := w.LastSave(); !again.Equal(first) {
+		t.Errorf("a state of the same versions was written again at %v", again)
+	}
+
+	st := versioned("12")
+	st.EndpointSlices[0].Endpoints[0].Addresses = []string{"10.244.1.9"}
+	src.set(st, true)
+	w.Trigger()
+	waitFor(t, "new version saved", func() bool {
+		got, err := f.Load()
+		return err == nil && got.EndpointSlices[0].Endpoints[0].Addresses[0] == "10.244.1.9"
+	})
+}
