@@ -294,7 +294,7 @@ func (d *Dashboard) programmed(snap *model.Snapshot, now time.Time) float64 {
 	d.snap = snap
 	var longest time.Duration
 	seen := map[model.ServicePortName]int64{}
-	for n, sp := range snap.Ports {
+	for n, sp := range snap.Ports.All() {
 		seen[n] = sp.TriggerTimeNanos
 		if sp.TriggerTimeNanos > d.lastTrigger[n] {
 			if l := now.Sub(time.Unix(0, sp.TriggerTimeNanos)); l > longest {

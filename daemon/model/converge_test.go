@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -97,7 +98,7 @@ func TestTrackerConverges(t *testing.T) {
 			fresh := model.NewTracker()
 			fresh.Replace(values(services), values(slices))
 			want, _ := fresh.Snapshot()
-			if d := cmp.Diff(want.Ports, final.Ports, addrCmp); d != "" {
+			if d := cmp.Diff(maps.Collect(want.Ports.All()), maps.Collect(final.Ports.All()), addrCmp); d != "" {
 				t.Errorf("incremental snapshot differs from a fresh one (-fresh +incremental):\n%s", d)
 			}
 		})
@@ -109,15 +110,15 @@ func checkSnapshot(t *testing.T, step int, tr *model.Tracker, prev *model.Snapsh
 	t.Helper()
 	snap, ch := tr.Snapshot()
 	names := map[model.ServicePortName]bool{}
-	for n := range prev.Ports {
+	for n := range prev.Ports.All() {
 		names[n] = true
 	}
-	for n := range snap.Ports {
+	for n := range snap.Ports.All() {
 		names[n] = true
 	}
 	for n := range names {
-		old, had := prev.Ports[n]
-		cur, has := snap.Ports[n]
+		old, had := prev.Ports.Get(n)
+		cur, has := snap.Ports.Get(n)
 		differs := had != has || had && !reflect.DeepEqual(old, cur)
 		_, reported := ch.Ports[n]
 		switch {

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -16,9 +15,10 @@ import (
 const ServiceNameLabel = discovery.LabelServiceName
 
 // Snapshot is an immutable view of every ServicePort. Unchanged ServicePorts are shared
-// between consecutive snapshots, so building one costs a map copy, not a rebuild.
+// between consecutive snapshots, and so are the parts of Ports no change touched: building
+// one costs what changed, not a copy of everything.
 type Snapshot struct {
-	Ports map[ServicePortName]*ServicePort
+	Ports Ports
 	// Generation counts the snapshots a Tracker has made.
 	Generation uint64
 	// Lineage identifies the Tracker that made the snapshot (zero: none), and Changed the
@@ -30,10 +30,16 @@ type Snapshot struct {
 	Changed       map[ServicePortName]struct{}
 }
 
+// Port returns the ServicePort of that name, nil if there is none.
+func (s *Snapshot) Port(n ServicePortName) *ServicePort {
+	sp, _ := s.Ports.Get(n)
+	return sp
+}
+
 // Sorted returns the ServicePorts in a stable order (namespace, name, port, protocol).
 func (s *Snapshot) Sorted() []*ServicePort {
-	out := make([]*ServicePort, 0, len(s.Ports))
-	for _, sp := range s.Ports {
+	out := make([]*ServicePort, 0, s.Ports.Len())
+	for _, sp := range s.Ports.All() {
 		out = append(out, sp)
 	}
 	slices.SortFunc(out, func(a, b *ServicePort) int { return compareNames(a.Name, b.Name) })
@@ -75,7 +81,7 @@ type Tracker struct {
 	bySvc    map[ServiceName][]sliceKey // each sorted by name: a Service's slices in a stable order
 	dirty    map[ServiceName]struct{}
 	built    map[ServiceName][]*ServicePort
-	ports    map[ServicePortName]*ServicePort
+	ports    portTable
 	gen      uint64
 	lineage  uint64
 	svcEv    int
@@ -90,7 +96,6 @@ func NewTracker() *Tracker {
 		bySvc:    map[ServiceName][]sliceKey{},
 		dirty:    map[ServiceName]struct{}{},
 		built:    map[ServiceName][]*ServicePort{},
-		ports:    map[ServicePortName]*ServicePort{},
 		lineage:  lineages.Add(1),
 	}
 }
@@ -239,15 +244,15 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 		seen := map[ServicePortName]bool{}
 		for _, sp := range next {
 			seen[sp.Name] = true
-			if old, ok := t.ports[sp.Name]; ok && reflect.DeepEqual(old, sp) {
+			if old, ok := t.ports.get(sp.Name); ok && reflect.DeepEqual(old, sp) {
 				continue
 			}
-			t.ports[sp.Name] = sp
+			t.ports.set(sp)
 			ch.Ports[sp.Name] = struct{}{}
 		}
 		for _, sp := range prev {
 			if !seen[sp.Name] {
-				delete(t.ports, sp.Name)
+				t.ports.delete(sp.Name)
 				ch.Ports[sp.Name] = struct{}{}
 			}
 		}
@@ -257,7 +262,7 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 			// Keep the stored pointers of unchanged ports so later comparisons stay cheap.
 			stored := make([]*ServicePort, len(next))
 			for i, sp := range next {
-				stored[i] = t.ports[sp.Name]
+				stored[i], _ = t.ports.get(sp.Name)
 			}
 			t.built[n] = stored
 		}
@@ -267,6 +272,5 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 	if !ch.Empty() || t.gen == 0 {
 		t.gen++
 	}
-	// maps.Clone copies the map's groups as they are, without hashing 10,000 names again.
-	return &Snapshot{Ports: maps.Clone(t.ports), Generation: t.gen, Lineage: t.lineage, From: from, Changed: ch.Ports}, ch
+	return &Snapshot{Ports: t.ports.snapshot(), Generation: t.gen, Lineage: t.lineage, From: from, Changed: ch.Ports}, ch
 }

@@ -104,7 +104,7 @@ func TestTrackerUnchangedUpsert(t *testing.T) {
 		t.Errorf("generation moved from %d to %d without a change", prev.Generation, snap.Generation)
 	}
 	// An empty snapshot still counts as the first one.
-	if s, _ := model.NewTracker().Snapshot(); s.Generation != 1 || len(s.Ports) != 0 {
+	if s, _ := model.NewTracker().Snapshot(); s.Generation != 1 || s.Ports.Len() != 0 {
 		t.Errorf("empty tracker: %+v", s)
 	}
 }
@@ -123,14 +123,14 @@ func TestTrackerEndpointChangeReportsOnlyItsPort(t *testing.T) {
 		t.Errorf("generation %d after %d", snap.Generation, prev.Generation)
 	}
 	// Unchanged ports are shared, not rebuilt: the same pointers as before.
-	if snap.Ports[webMetrics] != prev.Ports[webMetrics] || snap.Ports[dnsPort] != prev.Ports[dnsPort] {
+	if snap.Port(webMetrics) != prev.Port(webMetrics) || snap.Port(dnsPort) != prev.Port(dnsPort) {
 		t.Error("unchanged ports were rebuilt")
 	}
-	if snap.Ports[webHTTP] == prev.Ports[webHTTP] {
+	if snap.Port(webHTTP) == prev.Port(webHTTP) {
 		t.Error("changed port kept its old pointer")
 	}
 	// The old snapshot is immutable.
-	if got := prev.Ports[webHTTP].Endpoints[1].Addr.String(); got != "10.200.2.12" {
+	if got := prev.Port(webHTTP).Endpoints[1].Addr.String(); got != "10.200.2.12" {
 		t.Errorf("old snapshot changed: %s", got)
 	}
 }
@@ -142,7 +142,7 @@ func TestTrackerServiceChange(t *testing.T) {
 	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP, webMetrics}) || ch.Services != 1 {
 		t.Errorf("changes %v (%+v)", got, ch)
 	}
-	if snap.Ports[dnsPort] != prev.Ports[dnsPort] {
+	if snap.Port(dnsPort) != prev.Port(dnsPort) {
 		t.Error("dns rebuilt for a web change")
 	}
 	// A status-only change is a change too (LoadBalancer ingress lives there).
@@ -159,7 +159,7 @@ func TestTrackerServiceChange(t *testing.T) {
 	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP, webMetrics, www}) {
 		t.Errorf("rename changes %v", got)
 	}
-	if _, ok := snap.Ports[webHTTP]; ok || snap.Ports[www] == nil {
+	if _, ok := snap.Ports.Get(webHTTP); ok || snap.Port(www) == nil {
 		t.Errorf("after rename: %v", snap.Sorted())
 	}
 }
@@ -172,7 +172,7 @@ func TestTrackerDeletes(t *testing.T) {
 	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP}) || ch.Endpoints != 1 {
 		t.Errorf("slice delete changes %v (%+v)", got, ch)
 	}
-	if n := len(snap.Ports[webHTTP].Endpoints); n != 0 {
+	if n := len(snap.Port(webHTTP).Endpoints); n != 0 {
 		t.Errorf("deleted slice left %d endpoints", n)
 	}
 	tr.DeleteService("default", "web")
@@ -181,13 +181,13 @@ func TestTrackerDeletes(t *testing.T) {
 	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP, webMetrics}) || ch.Services != 1 {
 		t.Errorf("service delete changes %v (%+v)", got, ch)
 	}
-	if len(snap.Ports) != 1 || snap.Ports[dnsPort] == nil {
+	if snap.Ports.Len() != 1 || snap.Port(dnsPort) == nil {
 		t.Errorf("after delete: %v", snap.Sorted())
 	}
 	// The web-metrics slice is still tracked: the service coming back finds it.
 	tr.UpsertService(webSvc())
 	snap, _ = tr.Snapshot()
-	if n := len(snap.Ports[webMetrics].Endpoints); n != 1 {
+	if n := len(snap.Port(webMetrics).Endpoints); n != 1 {
 		t.Errorf("re-added service has %d metrics endpoints", n)
 	}
 }
@@ -209,10 +209,10 @@ func TestTrackerReplace(t *testing.T) {
 	if ch.Services != 1 || ch.Endpoints != 3 {
 		t.Errorf("Replace event counts %+v, want 1 service and 3 slice events", ch)
 	}
-	if n := len(snap.Ports[webHTTP].Endpoints); n != 3 {
+	if n := len(snap.Port(webHTTP).Endpoints); n != 3 {
 		t.Errorf("http endpoints %d, want 3", n)
 	}
-	if _, ok := snap.Ports[dnsPort]; ok {
+	if _, ok := snap.Ports.Get(dnsPort); ok {
 		t.Error("dns survived Replace")
 	}
 }
@@ -229,8 +229,8 @@ func TestTrackerSliceMovesBetweenServices(t *testing.T) {
 	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP, web2}) {
 		t.Errorf("move changes %v", got)
 	}
-	if len(snap.Ports[webHTTP].Endpoints) != 0 || len(snap.Ports[web2].Endpoints) != 2 {
-		t.Errorf("after move: web %v, web2 %v", snap.Ports[webHTTP].Endpoints, snap.Ports[web2].Endpoints)
+	if len(snap.Port(webHTTP).Endpoints) != 0 || len(snap.Port(web2).Endpoints) != 2 {
+		t.Errorf("after move: web %v, web2 %v", snap.Port(webHTTP).Endpoints, snap.Port(web2).Endpoints)
 	}
 	// Deleting it afterwards empties web2, not web.
 	tr.DeleteSlice("default", "web-http")
@@ -270,8 +270,8 @@ func TestTrackerConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 	tr.UpsertSlice(webHTTPSlice("10.200.2.11"))
-	if snap, _ := tr.Snapshot(); len(snap.Ports[webHTTP].Endpoints) != 1 {
-		t.Errorf("final state wrong: %+v", snap.Ports[webHTTP])
+	if snap, _ := tr.Snapshot(); len(snap.Port(webHTTP).Endpoints) != 1 {
+		t.Errorf("final state wrong: %+v", snap.Port(webHTTP))
 	}
 }
 
@@ -296,14 +296,14 @@ func TestTrackerAnnotations(t *testing.T) {
 	if got := changed(ch); !slices.Equal(got, []model.ServicePortName{webHTTP, webMetrics}) {
 		t.Errorf("the scheduler annotation changed %v, want both web ports", got)
 	}
-	if got := snap.Ports[webHTTP].IPVSScheduler; got != "sh" {
+	if got := snap.Port(webHTTP).IPVSScheduler; got != "sh" {
 		t.Errorf("IPVSScheduler = %q, want sh", got)
 	}
-	if got := snap.Ports[dnsPort].IPVSScheduler; got != "" {
+	if got := snap.Port(dnsPort).IPVSScheduler; got != "" {
 		t.Errorf("dns IPVSScheduler = %q, want none", got)
 	}
 	tr.UpsertService(webSvc())
-	if snap, ch := tr.Snapshot(); len(ch.Ports) != 2 || snap.Ports[webHTTP].IPVSScheduler != "" {
-		t.Errorf("removing the annotation: changes %v, scheduler %q", changed(ch), snap.Ports[webHTTP].IPVSScheduler)
+	if snap, ch := tr.Snapshot(); len(ch.Ports) != 2 || snap.Port(webHTTP).IPVSScheduler != "" {
+		t.Errorf("removing the annotation: changes %v, scheduler %q", changed(ch), snap.Port(webHTTP).IPVSScheduler)
 	}
 }

@@ -96,7 +96,7 @@ func checkFlows(t *testing.T, snap *model.Snapshot, cfg Config, mp modePlan) {
 	// A cluster IP that is also some service's external or LoadBalancer IP on the same
 	// port is filtered as one (source ranges apply to it): skip its semantic check.
 	outer := map[netip.AddrPort]bool{}
-	for _, sp := range snap.Ports {
+	for _, sp := range snap.Ports.All() {
 		for _, a := range sp.ExternalIPs {
 			outer[netip.AddrPortFrom(a, sp.Port)] = true
 		}

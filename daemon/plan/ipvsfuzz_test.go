@@ -90,7 +90,7 @@ func checkIPVSFlows(t *testing.T, snap *model.Snapshot, cfg IPVSConfig, p *IPVSP
 	}
 	// A cluster IP that is also an external or LoadBalancer IP is filtered as one.
 	outer := map[netip.AddrPort]bool{}
-	for _, sp := range snap.Ports {
+	for _, sp := range snap.Ports.All() {
 		for _, a := range sp.ExternalIPs {
 			outer[netip.AddrPortFrom(a, sp.Port)] = true
 		}

@@ -112,14 +112,14 @@ func (p *NFTPlanner) Plan(snap *model.Snapshot, cfg Config) *Table {
 	}
 	if p.follows(snap) {
 		for name := range snap.Changed {
-			visit(name, snap.Ports[name])
+			visit(name, snap.Port(name))
 		}
 	} else {
-		for name, sp := range snap.Ports {
+		for name, sp := range snap.Ports.All() {
 			visit(name, sp)
 		}
 		for name := range next {
-			if _, ok := snap.Ports[name]; !ok {
+			if _, ok := snap.Ports.Get(name); !ok {
 				visit(name, nil)
 			}
 		}
@@ -369,7 +369,7 @@ func (p *NFTPlanner) planAll(snap *model.Snapshot, cfg Config) *Table {
 	}
 	t := newTable(p.Family)
 	t.base(cfg)
-	next := make(map[model.ServicePortName]*fragment, len(snap.Ports))
+	next := make(map[model.ServicePortName]*fragment, snap.Ports.Len())
 	refs := map[string]map[Key]int{}
 	for name := range sharedSets {
 		refs[name] = map[Key]int{}

@@ -150,7 +150,7 @@ func (p *Proxier) observeProgramming(snap *model.Snapshot, changes model.Changes
 		p.lastTrigger = map[model.ServicePortName]int64{}
 	}
 	for n := range changes.Ports {
-		sp, ok := snap.Ports[n]
+		sp, ok := snap.Ports.Get(n)
 		if !ok {
 			delete(p.lastTrigger, n)
 			continue
@@ -192,7 +192,7 @@ func (p *Proxier) syncHealthChecks(snap *model.Snapshot) {
 	ports := map[model.ServiceName]uint16{}
 	counts := map[model.ServiceName]int{}
 	noLocal := map[string]int{}
-	for _, sp := range snap.Ports {
+	for _, sp := range snap.Ports.All() {
 		local := 0
 		for _, e := range sp.Endpoints {
 			if e.Ready && e.NodeName != "" && e.NodeName == p.Config.NodeName {
