@@ -102,13 +102,3 @@ func (t *portTable) snapshot() Ports {
 	}
 	return Ports{shards: &parts, n: t.n}
 }
-
-// PortsOf returns Ports holding the given ServicePorts (tests and tools build snapshots
-// with it; the daemon's come from a Tracker).
-func PortsOf(sps ...*ServicePort) Ports {
-	var t portTable
-	for _, sp := range sps {
-		t.set(sp)
-	}
-	return t.snapshot()
-}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"testing"
 )
 
@@ -41,7 +42,7 @@ func TestPortsSnapshotsStayAsTaken(t *testing.T) {
 	}
 	shared := 0
 	for i := range first.shards {
-		if first.shards[i] != nil && fmt.Sprintf("%p", first.shards[i]) == fmt.Sprintf("%p", second.shards[i]) {
+		if first.shards[i] != nil && reflect.ValueOf(first.shards[i]).UnsafePointer() == reflect.ValueOf(second.shards[i]).UnsafePointer() {
 			shared++
 		}
 	}
