@@ -174,8 +174,9 @@ func (d *daemon) cpuTime() (time.Duration, error) {
 // programmedServices counts the Services of the given mode the gateway's kernel holds,
 // read over netlink and procfs (the guest has no nft, iptables-save nor ipvsadm): the
 // elements of nftables mode's service map (in all its tables), the rules of iptables
-// mode's SERVICES chain that jump to a Service's chain, IPVS's virtual servers. edgegate writes each sync in one
-// transaction (IPVS: one sync), so the count reaching N means the whole rule set is there.
+// mode's SERVICES chain that jump to a Service's chain, IPVS's virtual servers. edgegate
+// writes each sync in one transaction (IPVS: one sync), so the count reaching N means the
+// whole rule set is there.
 func programmedServices(gw node, mode string) (int, error) {
 	switch mode {
 	case "nftables":
