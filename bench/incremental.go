@@ -139,6 +139,7 @@ type incrResult struct {
 	MetricP50, MetricP99 quantile
 	// Syncs during the phase and their mean duration (its sync_proxy_rules_duration_seconds).
 	Syncs, SyncSeconds float64
+	Kernel             *float64      // the kernel's part of those syncs, mean (edgegate only)
 	CPU                time.Duration // the program's CPU during the phase, children included
 }
 

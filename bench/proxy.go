@@ -58,6 +58,9 @@ type result struct {
 	PeakRSS      int64         // VmHWM in KiB at the end of the run
 	Dispatched   int           // service ports the probe counted
 	Tables       int           // nftables tables holding them (edgegate splits a large dispatch)
+	// Kernel is the kernel's part of the syncs by then, mean: edgegate's
+	// sync_proxy_rules_kernel_duration_seconds (kube-proxy has no such metric: nil).
+	Kernel *float64
 	// Unfinished: the kernel did not dispatch every service port within the limit; only
 	// Programmed (the limit), Dispatched, CPU and the RSS by then are set.
 	Unfinished bool
@@ -182,6 +185,7 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 	if res.SyncCount > 0 {
 		res.SyncSeconds = m.get(r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds_sum") / res.SyncCount
 	}
+	res.Kernel = m.kernelMean(r.Prog.MetricsNS, nil)
 
 	select {
 	case <-time.After(settle):
@@ -228,6 +232,7 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 		if res.Incr.Syncs > 0 {
 			res.Incr.SyncSeconds = (after.get(sum) - before.get(sum)) / res.Incr.Syncs
 		}
+		res.Incr.Kernel = after.kernelMean(r.Prog.MetricsNS, before)
 		r.Changes = made
 	}
 	if res.PeakRSS, _, err = rss(pid); err != nil {
@@ -304,6 +309,18 @@ func (r *run) scrape(ctx context.Context) (metrics, error) {
 type metrics map[string]float64
 
 func (m metrics) get(name string) float64 { return m[name] }
+
+// kernelMean is the mean of the program's sync_proxy_rules_kernel_duration_seconds over the
+// syncs since before (nil: all of them); nil when it has no such metric or no sync.
+func (m metrics) kernelMean(ns string, before metrics) *float64 {
+	count, sum := ns+"sync_proxy_rules_kernel_duration_seconds_count", ns+"sync_proxy_rules_kernel_duration_seconds_sum"
+	n, ok := m[count]
+	if n -= before.get(count); !ok || n <= 0 {
+		return nil
+	}
+	mean := (m.get(sum) - before.get(sum)) / n
+	return &mean
+}
 
 func parseMetrics(r io.Reader) (metrics, error) {
 	m := metrics{}

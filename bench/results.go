@@ -100,6 +100,12 @@ func (h *harness) section(sz size, mode string, created time.Duration, want int,
 	dur := func(d time.Duration) value { return value{fmtDur(d), d.Seconds()} }
 	mib := func(kib int64) value { return value{fmt.Sprintf("%.1f MiB", float64(kib)/1024), float64(kib)} }
 	plain := func(v any) value { return value{text: fmt.Sprint(v)} }
+	kernel := func(mean *float64) value { // a metric of edgegate's only
+		if mean == nil {
+			return value{text: "-"}
+		}
+		return dur(secs(*mean))
+	}
 
 	// The full sync's time, bounded where one did not finish: the ratio is then a bound too.
 	programmed := func(i int) string {
@@ -124,6 +130,7 @@ func (h *harness) section(sz size, mode string, created time.Duration, want int,
 	}
 	row("full sync: start → its sync done (its metrics)", false, true, func(r result) value { return dur(r.MetricSynced) })
 	row("sync duration, mean (its metrics)", false, true, func(r result) value { return dur(secs(r.SyncSeconds)) })
+	row("  of which the kernel's part (its metrics)", false, false, func(r result) value { return kernel(r.Kernel) })
 	row("syncs by then (its metrics)", false, false, func(r result) value { return plain(r.SyncCount) })
 	row("CPU, start → its sync done (incl. children)", true, true, func(r result) value {
 		if r.Unfinished {
@@ -191,6 +198,7 @@ func (h *harness) section(sz size, mode string, created time.Duration, want int,
 	}
 	incr("incremental: syncs (its metrics)", false, func(i *incrResult) value { return plain(i.Syncs) })
 	incr("incremental: sync duration, mean (its metrics)", true, func(i *incrResult) value { return dur(secs(i.SyncSeconds)) })
+	incr("  of which the kernel's part (its metrics)", false, func(i *incrResult) value { return kernel(i.Kernel) })
 	incr("CPU during the incremental phase", true, func(i *incrResult) value { return dur(i.CPU) })
 	s.Notes = append(s.Notes, h.notes(results, failed)...)
 }

@@ -34,6 +34,7 @@ type Metrics struct {
 	syncDuration        prometheus.Histogram
 	syncFullDuration    prometheus.Histogram
 	syncPartialDuration prometheus.Histogram
+	syncKernelDuration  prometheus.Histogram
 	networkProgramming  prometheus.Histogram
 	lastSynced          prometheus.Gauge
 	lastQueued          prometheus.Gauge
@@ -84,6 +85,11 @@ func New() *Metrics {
 		syncPartialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "sync_partial_proxy_rules_duration_seconds",
 			Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: syncBuckets,
+		}),
+		syncKernelDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sync_proxy_rules_kernel_duration_seconds",
+			Help:    "The kernel's part of each sync in seconds: the transaction's commit (nftables, iptables), the IPVS calls (ipvs)",
+			Buckets: syncBuckets,
 		}),
 		networkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "network_programming_duration_seconds",
@@ -142,7 +148,7 @@ func New() *Metrics {
 		m.noLocalEndpoints.WithLabelValues(policy)
 	}
 	m.reg.MustRegister(
-		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.networkProgramming,
+		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.syncKernelDuration, m.networkProgramming,
 		m.lastSynced, m.lastQueued,
 		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
 		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
@@ -158,9 +164,10 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// ObserveSync records how long one sync of the proxy rules took.
-func (m *Metrics) ObserveSync(full bool, d time.Duration) {
+// ObserveSync records how long one sync of the proxy rules took, and the kernel's part of it.
+func (m *Metrics) ObserveSync(full bool, d, kernel time.Duration) {
 	m.syncDuration.Observe(d.Seconds())
+	m.syncKernelDuration.Observe(kernel.Seconds())
 	if full {
 		m.syncFullDuration.Observe(d.Seconds())
 	} else {

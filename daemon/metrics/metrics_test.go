@@ -64,7 +64,8 @@ func TestFreshScrapeHasEverySeriesAtZero(t *testing.T) {
 	want := map[string]float64{}
 	for _, h := range []string{
 		"sync_proxy_rules_duration_seconds", "sync_full_proxy_rules_duration_seconds",
-		"sync_partial_proxy_rules_duration_seconds", "network_programming_duration_seconds",
+		"sync_partial_proxy_rules_duration_seconds", "sync_proxy_rules_kernel_duration_seconds",
+		"network_programming_duration_seconds",
 	} {
 		want["edgegate_"+h+"_count"] = 0
 		want["edgegate_"+h+"_sum"] = 0
@@ -95,9 +96,9 @@ func TestFreshScrapeHasEverySeriesAtZero(t *testing.T) {
 
 func TestRecordedValuesAreScraped(t *testing.T) {
 	m := New()
-	m.ObserveSync(true, 20*time.Millisecond)
-	m.ObserveSync(false, 3*time.Millisecond)
-	m.ObserveSync(false, 5*time.Millisecond)
+	m.ObserveSync(true, 20*time.Millisecond, 15*time.Millisecond)
+	m.ObserveSync(false, 3*time.Millisecond, 2*time.Millisecond)
+	m.ObserveSync(false, 5*time.Millisecond, 4*time.Millisecond)
 	m.ObserveNetworkProgramming(90 * time.Second)
 	m.SyncFailed(ModeNFTables)
 	m.SyncFailed(ModeNFTables)
@@ -121,6 +122,9 @@ func TestRecordedValuesAreScraped(t *testing.T) {
 		"edgegate_sync_partial_proxy_rules_duration_seconds_count":                      2,
 		`edgegate_sync_partial_proxy_rules_duration_seconds_bucket{le="0.004"}`:         1,
 		`edgegate_sync_partial_proxy_rules_duration_seconds_bucket{le="0.008"}`:         2,
+		"edgegate_sync_proxy_rules_kernel_duration_seconds_count":                       3,
+		"edgegate_sync_proxy_rules_kernel_duration_seconds_sum":                         0.021,
+		`edgegate_sync_proxy_rules_kernel_duration_seconds_bucket{le="0.002"}`:          1,
 		`edgegate_network_programming_duration_seconds_bucket{le="85"}`:                 0,
 		`edgegate_network_programming_duration_seconds_bucket{le="90"}`:                 1,
 		"edgegate_network_programming_duration_seconds_count":                           1,

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipt"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
@@ -37,6 +38,9 @@ type Result struct {
 	// Layout says, in nftables mode, over how many tables each family's Service dispatch
 	// is split ("IPv4: 16 tables"); empty while no family's is.
 	Layout string
+	// Kernel is the part of the sync the kernel took: the transaction's commit (nftables,
+	// iptables), the IPVS and address calls and their auxiliary batch (ipvs).
+	Kernel time.Duration
 }
 
 // Draining is implemented by a dataplane that has work left even when nothing changed:
@@ -127,7 +131,7 @@ func (d *NFTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 	}
 	st, err := d.Rules.Apply(tables, full)
 	return Result{Full: st.Full, Written: st.Chains, Elements: st.Elements, Deleted: st.Deleted, Conflicts: conflicts,
-		Layout: strings.Join(layout, ", ")}, err
+		Layout: strings.Join(layout, ", "), Kernel: st.Kernel}, err
 }
 
 // Cleanup implements Dataplane.
@@ -164,7 +168,7 @@ func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 		plans = append(plans, p.Plan(snap, d.Config))
 	}
 	st, err := d.Rules.Apply(plans, full)
-	return Result{Full: st.Full, Written: st.Chains, Elements: st.Rules, Deleted: st.Deleted}, err
+	return Result{Full: st.Full, Written: st.Chains, Elements: st.Rules, Deleted: st.Deleted, Kernel: st.Kernel}, err
 }
 
 // Cleanup implements Dataplane.
@@ -226,6 +230,7 @@ func (d *IPVS) Program(snap *model.Snapshot, full bool) (Result, error) {
 	res.Conflicts = slices.Compact(res.Conflicts)
 	st, err := d.Backend.Apply(plans, full)
 	res.Full, res.Written, res.Elements, res.Deleted = st.Full, st.Services, st.Destinations+st.Addresses, st.Deleted
+	res.Kernel = st.Kernel
 	return res, err
 }
 

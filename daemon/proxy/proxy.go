@@ -118,7 +118,7 @@ func (p *Proxier) Sync() error {
 		p.lastFull = start
 	}
 	p.synced = true
-	p.Metrics.ObserveSync(res.Full, end.Sub(start))
+	p.Metrics.ObserveSync(res.Full, end.Sub(start), res.Kernel)
 	p.Metrics.Synced(end)
 	p.Health.Updated(end)
 	p.observeProgramming(snap, changes, end)
@@ -132,7 +132,8 @@ func (p *Proxier) Sync() error {
 		level = slog.LevelInfo
 	}
 	p.Log.Log(context.Background(), level, "rules programmed", "mode", p.Dataplane.Mode(), "full", res.Full,
-		"changed", len(changes.Ports), "chains", res.Written, "elements", res.Elements, "deleted", res.Deleted, "took", end.Sub(start))
+		"changed", len(changes.Ports), "chains", res.Written, "elements", res.Elements, "deleted", res.Deleted,
+		"took", end.Sub(start), "kernel", res.Kernel)
 	p.release.after(res)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,31 @@ func TestSplitDispatchLogged(t *testing.T) {
 	}
 	if strings.Contains(log.String()[logged:], "split") {
 		t.Errorf("an unchanged split logged again:\n%s", log.String()[logged:])
+	}
+}
+
+// timedDataplane reports a fixed kernel time for every Program.
+type timedDataplane struct{ kernel time.Duration }
+
+func (timedDataplane) Mode() string   { return ModeNFTables }
+func (timedDataplane) Cleanup() error { return nil }
+func (d timedDataplane) Program(_ *model.Snapshot, full bool) (Result, error) {
+	return Result{Full: full, Kernel: d.kernel}, nil
+}
+
+// The kernel's part of a sync, as the dataplane measured it, is what the metric records.
+func TestSyncRecordsTheKernelsPart(t *testing.T) {
+	f := newFixture()
+	f.p.Dataplane = timedDataplane{kernel: 7 * time.Millisecond}
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	f.p.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{"edgegate_sync_proxy_rules_kernel_duration_seconds_sum 0.007\n",
+		"edgegate_sync_proxy_rules_kernel_duration_seconds_count 1\n"} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
+		}
 	}
 }

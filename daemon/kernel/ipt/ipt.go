@@ -12,6 +12,7 @@ package ipt
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -45,6 +46,9 @@ type Stats struct {
 	// Listed: a full apply listed the tables' chains, as something else had committed
 	// since the last apply (or it failed, or it is the first); otherwise it knew them.
 	Listed bool
+	// Kernel is the time the kernel took over the batch: from its sendmsg to its last
+	// acknowledgement read.
+	Kernel time.Duration
 }
 
 // Kernel is the netlink-backed Ruleset for the current network namespace.
@@ -167,7 +171,10 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 			}
 		}
 	}
-	if err := nb.Send(&k.sock); err != nil {
+	sent := time.Now()
+	err = nb.Send(&k.sock)
+	st.Kernel = time.Since(sent)
+	if err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
 	k.applied = byFamily

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -29,9 +30,13 @@ func restoreTool(f model.Family) string {
 func TestApplyMatchesPlanDump(t *testing.T) {
 	plans := demoPlans(demoSnapshot(), demoConfig())
 	inNetns(t, func(ns string) {
+		start := time.Now()
 		st, err := New().Apply(plans, true)
 		if err != nil {
 			t.Fatalf("apply: %v", err)
+		}
+		if took := time.Since(start); st.Kernel <= 0 || st.Kernel > took {
+			t.Errorf("the batch's time in the kernel is %v of an apply of %v", st.Kernel, took)
 		}
 		t.Logf("full apply: %+v", st)
 		for _, p := range plans {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -63,6 +64,10 @@ type Stats struct {
 	// Sysctls lists the sysctls this apply changed ("net/ipv4/vs/conntrack=1").
 	Sysctls []string
 	Aux     nft.Stats
+	// Kernel is the time spent changing the kernel: the auxiliary nftables batch, then
+	// the IPVS and address calls, one round trip each (with the comparisons between
+	// them, which are small beside a round trip).
+	Kernel time.Duration
 }
 
 func (a *Applier) iface() string {
@@ -107,7 +112,9 @@ func (a *Applier) Apply(plans []*plan.IPVSPlan, full bool) (Stats, error) {
 	for _, p := range plans {
 		tables = append(tables, p.Aux)
 	}
-	if st.Aux, err = a.Aux.Apply(tables, full); err != nil {
+	st.Aux, err = a.Aux.Apply(tables, full)
+	st.Kernel = st.Aux.Kernel
+	if err != nil {
 		return st, fmt.Errorf("auxiliary nftables rules: %w", err)
 	}
 	s := &applyPass{a: a, st: &st, want: map[plan.VSKey]plan.VirtualServer{}, wantVIPs: map[netip.Addr]bool{},
@@ -121,7 +128,10 @@ func (a *Applier) Apply(plans []*plan.IPVSPlan, full bool) (Stats, error) {
 			s.wantVIPs[v] = true
 		}
 	}
-	if err := s.run(full); err != nil {
+	calls := time.Now()
+	err = s.run(full)
+	st.Kernel += time.Since(calls)
+	if err != nil {
 		return st, errors.Join(err, hint)
 	}
 	a.applied, a.vips, a.pending, a.synced = s.want, s.wantVIPs, s.pending, true

@@ -89,6 +89,9 @@ func TestApplyProgramsThePlan(t *testing.T) {
 	if !st.Full || st.Services != 5 || st.Addresses != 3 {
 		t.Errorf("first apply: %+v, want a full one creating 5 virtual servers and 3 addresses", st)
 	}
+	if st.Kernel <= 0 {
+		t.Errorf("first apply: the kernel's part is %v, want the time of its calls", st.Kernel)
+	}
 	want := `Prot LocalAddress:Port Scheduler Flags
   -> RemoteAddress:Port           Forward Weight ActiveConn InActConn
 TCP  10.96.0.10:80 rr persistent 300

@@ -38,6 +38,9 @@ type Stats struct {
 	Chains    int // chains written (added or rewritten)
 	Elements  int // map and set elements added or removed
 	Deleted   int // chains, sets and named objects deleted
+	// Kernel is the time the kernel took over the batch: from its sendmsg to its last
+	// acknowledgement read (both batches', when the tables were recreated).
+	Kernel time.Duration
 }
 
 // Kernel is the netlink-backed Ruleset.
@@ -83,7 +86,10 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 		// changed a key) in a way the read-back could not show (see sameSetType). Start
 		// the tables afresh, still in one batch.
 		var again error
-		if st, again = k.apply(tables, true, true); again == nil {
+		first := st.Kernel
+		st, again = k.apply(tables, true, true)
+		st.Kernel += first
+		if again == nil {
 			err = nil
 		} else {
 			err = fmt.Errorf("%w; recreating the tables: %w", err, again)
@@ -141,7 +147,10 @@ func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error)
 		nb.Conn().DelTable(&nftables.Table{Name: key.name, Family: tableFamily(key.family)})
 		st.Deleted++
 	}
-	if err := nb.Send(&k.sock); err != nil {
+	sent := time.Now()
+	err = nb.Send(&k.sock)
+	st.Kernel = time.Since(sent)
+	if err != nil {
 		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
 	}
 	return st, nil

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -49,9 +50,13 @@ func TestApplyFullThenPartial(t *testing.T) {
 		cfg := plan.Config{NodeName: "gw"}
 		snap := demoSnapshot()
 		tables := []*plan.Table{plan.NFT(snap, model.IPv4, cfg), plan.NFT(snap, model.IPv6, cfg)}
+		start := time.Now()
 		st, err := k.Apply(tables, true)
 		if err != nil {
 			t.Fatalf("full apply: %v", err)
+		}
+		if took := time.Since(start); st.Kernel <= 0 || st.Kernel > took {
+			t.Errorf("the batch's time in the kernel is %v of an apply of %v", st.Kernel, took)
 		}
 		t.Logf("full: %+v", st)
 		out := nftList(t, ns)
