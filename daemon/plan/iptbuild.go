@@ -466,7 +466,7 @@ func (b *iptBuilder) dispatch(c *IptChain, p *PortPolicy, eps []model.Endpoint, 
 	name := sp.Name.String()
 	proto := sp.Name.Protocol.Number()
 	// The chain's rules are counted first: a plan at 10,000 Services holds 300,000 rules,
-	// and growing each chain by appending left a third of their memory unused.
+	// and a chain of 10 grown by appending kept room for 16.
 	n := len(eps)
 	if sp.AffinityTimeout > 0 {
 		n += len(eps)
