@@ -181,10 +181,7 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 		}
 	}
 	res.CPU, _ = cpuTime(pid)
-	res.SyncCount = m.get(r.Prog.MetricsNS + "sync_proxy_rules_duration_seconds_count")
-	if res.SyncCount > 0 {
-		res.SyncSeconds = m.get(r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds_sum") / res.SyncCount
-	}
+	res.SyncCount, res.SyncSeconds, _ = m.since(r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds", nil)
 	res.Kernel = m.kernelMean(r.Prog.MetricsNS, nil)
 
 	select {
@@ -222,17 +219,13 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 		cpu1, _ := cpuTime(pid)
 		h := after.histogram(r.Prog.MetricsNS + "network_programming_duration_seconds").minus(
 			before.histogram(r.Prog.MetricsNS + "network_programming_duration_seconds"))
-		count, sum := r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds_count", r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds_sum"
 		res.Incr = &incrResult{
 			Changes: len(made), Latencies: ph.latencies, Timeouts: ph.timeouts, Writes: ph.writes,
 			MetricCount: h.count(), MetricP50: h.quantile(0.5), MetricP99: h.quantile(0.99),
-			Syncs: after.get(count) - before.get(count),
-			CPU:   cpu1 - cpu0,
+			Kernel: after.kernelMean(r.Prog.MetricsNS, before),
+			CPU:    cpu1 - cpu0,
 		}
-		if res.Incr.Syncs > 0 {
-			res.Incr.SyncSeconds = (after.get(sum) - before.get(sum)) / res.Incr.Syncs
-		}
-		res.Incr.Kernel = after.kernelMean(r.Prog.MetricsNS, before)
+		res.Incr.Syncs, res.Incr.SyncSeconds, _ = after.since(r.Prog.MetricsNS+"sync_proxy_rules_duration_seconds", before)
 		r.Changes = made
 	}
 	if res.PeakRSS, _, err = rss(pid); err != nil {
@@ -310,15 +303,23 @@ type metrics map[string]float64
 
 func (m metrics) get(name string) float64 { return m[name] }
 
-// kernelMean is the mean of the program's sync_proxy_rules_kernel_duration_seconds over the
-// syncs since before (nil: all of them); nil when it has no such metric or no sync.
+// since is what the histogram name observed after the scrape before (nil: from the start):
+// how many observations, their mean (0 without any), and whether the program has it at all.
+func (m metrics) since(name string, before metrics) (count, mean float64, ok bool) {
+	_, ok = m[name+"_count"]
+	if count = m.get(name+"_count") - before.get(name+"_count"); count > 0 {
+		mean = (m.get(name+"_sum") - before.get(name+"_sum")) / count
+	}
+	return count, mean, ok
+}
+
+// kernelMean is the mean of the program's sync_proxy_rules_kernel_duration_seconds since
+// before; nil when it has no such metric (kube-proxy) or made no sync.
 func (m metrics) kernelMean(ns string, before metrics) *float64 {
-	count, sum := ns+"sync_proxy_rules_kernel_duration_seconds_count", ns+"sync_proxy_rules_kernel_duration_seconds_sum"
-	n, ok := m[count]
-	if n -= before.get(count); !ok || n <= 0 {
+	n, mean, ok := m.since(ns+"sync_proxy_rules_kernel_duration_seconds", before)
+	if !ok || n <= 0 {
 		return nil
 	}
-	mean := (m.get(sum) - before.get(sum)) / n
 	return &mean
 }
 
