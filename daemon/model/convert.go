@@ -45,8 +45,8 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 	var lbIPs []IngressIP
 	if typ == LoadBalancer {
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			a, err := netip.ParseAddr(ing.IP)
-			if err != nil {
+			a, ok := ParseAddr(ing.IP)
+			if !ok {
 				continue
 			}
 			lbIPs = append(lbIPs, IngressIP{Addr: a.Unmap(), Proxy: ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy})
@@ -54,14 +54,9 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 		slices.SortFunc(lbIPs, func(a, b IngressIP) int { return a.Addr.Compare(b.Addr) })
 	}
 	var ranges []netip.Prefix
+	var closed bool
 	if typ == LoadBalancer {
-		for _, r := range svc.Spec.LoadBalancerSourceRanges {
-			if p, err := netip.ParsePrefix(r); err == nil {
-				ranges = append(ranges, p.Masked())
-			}
-		}
-		slices.SortFunc(ranges, comparePrefix)
-		ranges = slices.Compact(ranges)
+		ranges, closed = sourceRanges(svc.Spec.LoadBalancerSourceRanges)
 	}
 	external := typ == NodePort || typ == LoadBalancer
 	// As in Kubernetes, the external policy applies to everything reachable from outside the
@@ -98,6 +93,7 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 			ExternalIPs:     externalIPs,
 			LoadBalancerIPs: lbIPs,
 			SourceRanges:    ranges,
+			SourcesClosed:   closed,
 			ExternalLocal:   externalLocal,
 			InternalLocal:   svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
 			AffinityTimeout: affinity,
@@ -155,8 +151,8 @@ func endpointsFor(portName string, proto Protocol, eps []*discovery.EndpointSlic
 			if len(e.Addresses) == 0 {
 				continue
 			}
-			a, err := netip.ParseAddr(e.Addresses[0])
-			if err != nil {
+			a, ok := ParseAddr(e.Addresses[0])
+			if !ok {
 				continue
 			}
 			out = append(out, endpointOf(e, a.Unmap(), port))
@@ -210,12 +206,28 @@ func endpointOf(e discovery.Endpoint, a netip.Addr, port uint16) Endpoint {
 func parseAddrs(ss []string) []netip.Addr {
 	var out []netip.Addr
 	for _, s := range ss {
-		if a, err := netip.ParseAddr(s); err == nil {
+		if a, ok := ParseAddr(s); ok {
 			out = append(out, a.Unmap())
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// sourceRanges reads loadBalancerSourceRanges as kube-proxy does (ParsePrefix). A range that
+// still cannot be understood closes the Service's LoadBalancer IPs to every source: the
+// operator restricted who may connect, and a restriction read only in part must not turn
+// into none at all (kube-proxy skips such a range, and with it possibly the whole firewall).
+func sourceRanges(in []string) (ranges []netip.Prefix, closed bool) {
+	for _, r := range in {
+		p, ok := ParsePrefix(r)
+		if !ok || p.Addr().Is4In6() {
+			return nil, true
+		}
+		ranges = append(ranges, p)
+	}
+	slices.SortFunc(ranges, comparePrefix)
+	return slices.Compact(ranges), false
 }
 
 func comparePrefix(a, b netip.Prefix) int {

@@ -1,7 +1,9 @@
 package model_test
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -184,7 +186,7 @@ func TestExternalFields(t *testing.T) {
 			func(s *v1.Service) {
 				// Status and source ranges that only a LoadBalancer may use.
 				s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "203.0.113.10"}, {Hostname: "lb.example.com"}}
-				s.Spec.LoadBalancerSourceRanges = []string{"10.200.1.0/24", "bogus"}
+				s.Spec.LoadBalancerSourceRanges = []string{"10.200.1.0/24", " 10.201.0.0/16"}
 			},
 		}, mods...)...)
 		return model.ServicePorts(svc, nil)[0]
@@ -201,8 +203,8 @@ func TestExternalFields(t *testing.T) {
 		{"ClusterIP with external IPs and eTP Local", base(mt.ExternalIPs("192.0.2.7"), mt.ExternalLocal(32000)), 0, 0, 0, 0, true, true},
 		{"NodePort", base(mt.Type(v1.ServiceTypeNodePort)), 30080, 0, 0, 0, false, true},
 		{"NodePort eTP Local, no health check port", base(mt.Type(v1.ServiceTypeNodePort), mt.ExternalLocal(32000)), 30080, 0, 0, 0, true, true},
-		{"LoadBalancer", base(mt.Type(v1.ServiceTypeLoadBalancer)), 30080, 0, 1, 1, false, true},
-		{"LoadBalancer eTP Local", base(mt.Type(v1.ServiceTypeLoadBalancer), mt.ExternalLocal(32000)), 30080, 32000, 1, 1, true, true},
+		{"LoadBalancer", base(mt.Type(v1.ServiceTypeLoadBalancer)), 30080, 0, 1, 2, false, true},
+		{"LoadBalancer eTP Local", base(mt.Type(v1.ServiceTypeLoadBalancer), mt.ExternalLocal(32000)), 30080, 32000, 1, 2, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -298,5 +300,50 @@ func TestProtocolAndFamily(t *testing.T) {
 	n := model.ServicePortName{ServiceName: model.ServiceName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: model.TCP}
 	if n.String() != "ns/web:http" || model.TCP.Lower() != "tcp" {
 		t.Errorf("names: %s %s", n, model.TCP.Lower())
+	}
+}
+
+func TestSourceRangesReadAsKubeProxyReadsThem(t *testing.T) {
+	cases := []struct {
+		name   string
+		ranges []string
+		want   []string
+		closed bool
+	}{
+		{"none: not firewalled", nil, nil, false},
+		{"padded", []string{" 10.201.1.0/24", "10.202.0.0/16 ", "\t2001:db8::/32\n"}, []string{"10.201.1.0/24", "10.202.0.0/16", "2001:db8::/32"}, false},
+		{"leading zeros read as decimal", []string{"010.201.001.000/24"}, []string{"10.201.1.0/24"}, false},
+		{"host bits masked, duplicates folded", []string{"10.201.1.7/24", "10.201.1.0/24"}, []string{"10.201.1.0/24"}, false},
+		{"one range no parser accepts closes them all", []string{"10.201.1.0/24", "10.201.1.0/33"}, nil, true},
+		{"a bare address is not a range", []string{"10.201.1.1"}, nil, true},
+		{"IPv4-mapped IPv6", []string{"::ffff:10.201.1.0/120"}, nil, true},
+		{"empty string", []string{""}, nil, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			svc := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080),
+				mt.Type(v1.ServiceTypeLoadBalancer), mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges(c.ranges...))
+			sp := model.ServicePorts(svc, nil)[0]
+			var got []string
+			for _, p := range sp.SourceRanges {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, c.want) || sp.SourcesClosed != c.closed || sp.Firewalled() != (c.closed || len(c.want) > 0) {
+				t.Errorf("ranges %v closed %v firewalled %v; want %v closed %v", got, sp.SourcesClosed, sp.Firewalled(), c.want, c.closed)
+			}
+		})
+	}
+}
+
+func TestAddressesReadAsKubeProxyReadsThem(t *testing.T) {
+	svc := mt.Service("default", "web", "010.096.000.010", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080),
+		mt.Type(v1.ServiceTypeLoadBalancer), mt.LoadBalancerIPs("203.000.113.010"), mt.ExternalIPs("192.000.002.007"))
+	eps := mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"))
+	eps.Endpoints[0].Addresses = []string{"10.200.002.011"}
+	sp := model.ServicePorts(svc, []*discovery.EndpointSlice{eps})[0]
+	got := fmt.Sprint(sp.ClusterIPs, sp.LoadBalancerIPs, sp.ExternalIPs, sp.Endpoints)
+	want := "[10.96.0.10] [{203.0.113.10 false}] [192.0.2.7] [10.200.2.11:8080]"
+	if got != want {
+		t.Errorf("got %s, want %s", got, want)
 	}
 }

@@ -105,18 +105,21 @@ type ServicePort struct {
 	Port     uint16
 	NodePort uint16 // 0 when none
 
-	ClusterIPs       []netip.Addr // at most one per family; empty for headless services
-	ExternalIPs      []netip.Addr
-	LoadBalancerIPs  []IngressIP
-	SourceRanges     []netip.Prefix // loadBalancerSourceRanges
-	ExternalLocal    bool           // externalTrafficPolicy: Local
-	InternalLocal    bool           // internalTrafficPolicy: Local
-	HealthCheckPort  uint16         // healthCheckNodePort, for eTP Local
-	AffinityTimeout  uint32         // seconds; 0 means no ClientIP affinity
-	PreferSameZone   bool           // trafficDistribution PreferClose / PreferSameZone
-	PreferSameNode   bool           // trafficDistribution PreferSameNode
-	Endpoints        []Endpoint     // sorted by address, then port
-	TriggerTimeNanos int64          // newest endpoints.kubernetes.io/last-change-trigger-time, 0 if unknown
+	ClusterIPs      []netip.Addr // at most one per family; empty for headless services
+	ExternalIPs     []netip.Addr
+	LoadBalancerIPs []IngressIP
+	SourceRanges    []netip.Prefix // loadBalancerSourceRanges
+	// SourcesClosed: loadBalancerSourceRanges holds a range that cannot be understood, so
+	// the LoadBalancer IPs refuse every source (SourceRanges is then empty).
+	SourcesClosed    bool
+	ExternalLocal    bool       // externalTrafficPolicy: Local
+	InternalLocal    bool       // internalTrafficPolicy: Local
+	HealthCheckPort  uint16     // healthCheckNodePort, for eTP Local
+	AffinityTimeout  uint32     // seconds; 0 means no ClientIP affinity
+	PreferSameZone   bool       // trafficDistribution PreferClose / PreferSameZone
+	PreferSameNode   bool       // trafficDistribution PreferSameNode
+	Endpoints        []Endpoint // sorted by address, then port
+	TriggerTimeNanos int64      // newest endpoints.kubernetes.io/last-change-trigger-time, 0 if unknown
 	// IPVSScheduler is the Service's IPVSSchedulerAnnotation as written (ipvs mode checks it);
 	// empty without one.
 	IPVSScheduler string
@@ -176,6 +179,10 @@ func (sp *ServicePort) ClusterIP(f Family) (netip.Addr, bool) {
 	}
 	return netip.Addr{}, false
 }
+
+// Firewalled reports whether loadBalancerSourceRanges restrict who reaches the LoadBalancer
+// IPs: only the ranges of an address's own family pass, none when SourcesClosed.
+func (sp *ServicePort) Firewalled() bool { return len(sp.SourceRanges) > 0 || sp.SourcesClosed }
 
 // UsesExternal reports whether the port can be reached from outside the cluster
 // (NodePort, external IPs or LoadBalancer IPs).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -58,8 +59,9 @@ func ValidateService(svc *v1.Service) field.ErrorList {
 		errs = append(errs, e...)
 	}
 	for i, r := range s.LoadBalancerSourceRanges {
-		if p, err := netip.ParsePrefix(r); err != nil || p.Addr().Is4In6() {
-			errs = append(errs, field.Invalid(spec.Child("loadBalancerSourceRanges").Index(i), r, "must be a CIDR (e.g. 192.0.2.0/24 or 2001:db8::/64)"))
+		if p, ok := ParsePrefix(r); !ok || p.Addr().Is4In6() {
+			errs = append(errs, field.Invalid(spec.Child("loadBalancerSourceRanges").Index(i), r,
+				"must be a CIDR (e.g. 192.0.2.0/24 or 2001:db8::/64); until it is, the LoadBalancer IPs refuse every source"))
 		}
 	}
 	errs = append(errs, validatePolicies(spec, s)...)
@@ -354,8 +356,8 @@ func validateSlicePorts(path *field.Path, ports []discovery.EndpointPort) field.
 // syntax it refuses the ranges Kubernetes refuses for such addresses: rules for them would
 // capture the node's own traffic or could never match.
 func parseUnicast(p *field.Path, s string) (netip.Addr, field.ErrorList) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
+	a, ok := ParseAddr(s)
+	if !ok {
 		return netip.Addr{}, field.ErrorList{field.Invalid(p, s, "must be a valid IP address (e.g. 10.9.8.7 or 2001:db8::ffff)")}
 	}
 	var msg string
@@ -374,6 +376,26 @@ func parseUnicast(p *field.Path, s string) (netip.Addr, field.ErrorList) {
 		return a, nil
 	}
 	return netip.Addr{}, field.ErrorList{field.Invalid(p, s, msg)}
+}
+
+// failClosedFields are the fields whose errors do not reject a Service: they restrict
+// traffic, and the model reads a value it cannot understand as "refuse everyone" (see
+// ServicePort.SourcesClosed). Rejecting the object instead would keep its last good version,
+// which may restrict nothing at all.
+var failClosedFields = []string{"spec.loadBalancerSourceRanges"}
+
+// SplitFailClosed splits a Service's validation errors into those that reject it (it keeps
+// its last good version) and those in fields that fail closed (it is taken, and refuses
+// the traffic the field restricts).
+func SplitFailClosed(errs field.ErrorList) (rejecting, closing field.ErrorList) {
+	for _, e := range errs {
+		if slices.ContainsFunc(failClosedFields, func(f string) bool { return e.Field == f || strings.HasPrefix(e.Field, f+"[") }) {
+			closing = append(closing, e)
+		} else {
+			rejecting = append(rejecting, e)
+		}
+	}
+	return rejecting, closing
 }
 
 func familyOf(a netip.Addr) v1.IPFamily {

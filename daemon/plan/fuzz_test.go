@@ -256,7 +256,7 @@ func (in *fuzzInput) service() *v1.Service {
 		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, ing)
 	}
 	for range in.n(3) {
-		sp.LoadBalancerSourceRanges = append(sp.LoadBalancerSourceRanges, in.pick("10.200.1.0/24", "0.0.0.0/0", "fd00::/8", "bogus"))
+		sp.LoadBalancerSourceRanges = append(sp.LoadBalancerSourceRanges, in.pick("10.200.1.0/24", "0.0.0.0/0", "fd00::/8", "bogus", " 10.200.1.0/24", "010.200.001.0/24"))
 	}
 	sp.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicy(in.pick("Cluster", "Local", ""))
 	if in.flag() {

@@ -356,7 +356,7 @@ func (b *iptBuilder) servicePort(p *PortPolicy, services, nodePorts *IptChain) {
 		return
 	}
 	captured := p.External != Reject
-	firewalled := len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0
+	firewalled := len(p.LBIPs) > 0 && sp.Firewalled()
 	ranges := familyPrefixes(sp.SourceRanges, p.Family)
 	// Source ranges of the other family only close this family's LoadBalancer IPs (as in
 	// the other modes): nothing of theirs is translated, and there is no firewall chain

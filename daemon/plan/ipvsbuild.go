@@ -268,10 +268,10 @@ func externalVerdict(local bool) Verdict {
 
 // firewall closes the LoadBalancer IPs a service port won to sources outside its
 // loadBalancerSourceRanges. Ranges of the other family only still close this family's
-// addresses, as in nftables mode.
+// addresses, as in nftables mode, and ranges that could not be understood close them to all.
 func (b *ipvsBuilder) firewall(p *PortPolicy, addrs []netip.Addr) {
 	sp := p.SP
-	if len(addrs) == 0 || len(sp.SourceRanges) == 0 {
+	if len(addrs) == 0 || !sp.Firewalled() {
 		return
 	}
 	name := "firewall-" + ChainBase(sp.Name)

@@ -136,6 +136,8 @@ func TestIPVSParityExternal(t *testing.T) {
 	lb := web(mt.LoadBalancerIPs("203.0.113.10"), mt.ProxyModeIngress("203.0.113.11"), mt.ExternalIPs("192.0.2.7"))
 	ranged := web(mt.DualStack("fd00:96::10"), mt.LoadBalancerIPs("203.0.113.10", "2001:db8:113::10"),
 		mt.SourceRanges("10.200.1.0/24"))
+	sloppy := web(mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges(" 10.200.1.0/24", "192.000.002.0/24 "))
+	unreadable := web(mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges("10.200.1.0/24", "10.200.1.0/33"))
 	v6eps := mt.Slice("default", "web-v6", "web", "http", v1.ProtocolTCP, 8080, mt.EP("fd00:200:2::11"))
 	runIPVSParity(t, []ipvsCase{
 		{name: "LoadBalancer and external IPs", objs: []any{lb, webV4Ready()}, flows: []ipvsFlow{
@@ -161,6 +163,16 @@ func TestIPVSParityExternal(t *testing.T) {
 			{name: "the node is inside the range", p: pkt("10.200.1.1", "203.0.113.10", 80).local(), want: every},
 			{name: "node ports are not subject to source ranges", p: pkt(stranger, "10.200.1.1", 30080), want: every},
 			{name: "cluster IP is not subject to source ranges", p: pkt(stranger, "10.96.0.10", 80), want: all(ep1, ep2, ep3)},
+		}},
+		{name: "source ranges as kube-proxy reads them (padded, leading zeros)", objs: []any{sloppy, webV4Ready()}, flows: []ipvsFlow{
+			{name: "allowed source", p: pkt(client, "203.0.113.10", 80), want: every},
+			{name: "other source dropped", p: pkt(stranger, "203.0.113.10", 80), want: all(traceDrop)},
+		}},
+		{name: "source ranges that cannot be understood", objs: []any{unreadable, webV4Ready()}, flows: []ipvsFlow{
+			{name: "the insider is refused too", p: pkt(client, "203.0.113.10", 80), want: all(traceDrop)},
+			{name: "other source dropped", p: pkt(stranger, "203.0.113.10", 80), want: all(traceDrop)},
+			{name: "from the node dropped", p: pkt("10.200.1.1", "203.0.113.10", 80).local(), want: all(traceDrop)},
+			{name: "node ports are not subject to source ranges", p: pkt(stranger, "10.200.1.1", 30080), want: every},
 		}},
 		{name: "source ranges, IPv6", fam: model.IPv6, objs: []any{ranged, webV4Ready(), v6eps}, flows: []ipvsFlow{
 			{name: "v4-only ranges close the v6 LoadBalancer IP", p: pkt("fd00:200:1::2", "2001:db8:113::10", 80), want: all(traceDrop)},

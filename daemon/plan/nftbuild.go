@@ -308,8 +308,9 @@ func (t *Table) servicePort(p *PortPolicy, cfg Config) {
 		}
 	}
 	// Source ranges of the other family only still close this family's LoadBalancer IPs:
-	// an operator who restricted sources never gets an open IPv6 door by accident.
-	if len(p.LBIPs) > 0 && len(sp.SourceRanges) > 0 {
+	// an operator who restricted sources never gets an open IPv6 door by accident. Ranges
+	// that could not be understood (SourcesClosed) close them to everyone.
+	if len(p.LBIPs) > 0 && sp.Firewalled() {
 		fw := t.chain(fwChain, nil)
 		fw.Dispatch = model.ServiceName{} // the filter hooks' firewall-ips map goes to it
 		for _, r := range familyPrefixes(sp.SourceRanges, p.Family) {

@@ -317,8 +317,15 @@ func defaultNamespace(meta *metav1.ObjectMeta) {
 
 // add takes a decoded object if it was clean and validates.
 func (r *fileResult) add(h *header, line int, e entry, clean bool, errs field.ErrorList) {
+	errs, closing := model.SplitFailClosed(errs)
 	for _, fe := range errs {
 		r.invalidObject(h, line, fe.Field, fe)
+	}
+	// A field that fails closed is reported, but the object is taken: its last good version
+	// may not restrict what this one does.
+	for _, fe := range closing {
+		k := h.key()
+		r.report(&ObjectError{File: r.file, Line: line, Kind: k.kind, Namespace: k.namespace, Name: k.name, Field: fe.Field, Err: fe})
 	}
 	if clean && len(errs) == 0 {
 		e.key, e.line = h.key(), line
