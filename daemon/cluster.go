@@ -36,15 +36,16 @@ const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 // joined is the gateway in a cluster: the source that feeds the proxy's tracker, the Node
 // and its Lease, and the routes to the other nodes' pods.
 type joined struct {
-	source *cluster.Source
-	client kubernetes.Interface
-	rest   *rest.Config
-	member *node.Member
-	routes *node.Routes
-	table  *route.Kernel
-	health *healthz.Server
-	drains *drains
-	log    *slog.Logger
+	source     *cluster.Source
+	rejections *cluster.Rejections
+	client     kubernetes.Interface
+	rest       *rest.Config
+	member     *node.Member
+	routes     *node.Routes
+	table      *route.Kernel
+	health     *healthz.Server
+	drains     *drains
+	log        *slog.Logger
 
 	// programmed is set by the first successful sync: what the Node's Ready means.
 	programmed atomic.Bool
@@ -78,7 +79,14 @@ func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), h
 	if cfg.StateDir != "" {
 		file = cache.NewFile(cfg.StateDir)
 	}
-	j.source, err = cluster.New(client, tracker, cluster.Options{
+	// Cluster objects pass the manifests' validation before they reach the tracker: a bad
+	// version keeps the last good one, a Service with none refuses its traffic.
+	j.rejections = cluster.NewRejections(client, nodeName, log.With("component", "admission"))
+	admission := model.NewAdmission(tracker, func(r model.Rejection) {
+		m.ObjectRejected(r.Kind(), string(r.Outcome))
+		j.rejections.Report(r)
+	})
+	j.source, err = cluster.New(client, admission, cluster.Options{
 		NodeName: nodeName, Changed: changed, NodesChanged: j.nodesChanged, Cache: file,
 		Log: log.With("component", "cluster"),
 	})
@@ -149,8 +157,9 @@ func (j *joined) synced() {
 // forward from before a restart.
 func (j *joined) components(syncer func(context.Context)) map[string]func(context.Context) {
 	return map[string]func(context.Context){
-		"cluster": j.source.Run,
-		"node":    j.member.Run,
+		"cluster":    j.source.Run,
+		"rejections": j.rejections.Run,
+		"node":       j.member.Run,
 		"sync": func(ctx context.Context) {
 			start := time.Now()
 			if j.waitReady(ctx) {

@@ -47,6 +47,7 @@ type Metrics struct {
 	noLocalEndpoints    *prometheus.GaugeVec
 	conntrackDeleted    prometheus.Counter
 	manifestProblems    prometheus.Gauge
+	objectsRejected     *prometheus.CounterVec
 }
 
 // syncBuckets are kube-proxy's sync latency buckets: 1ms doubling up to about 16s.
@@ -139,6 +140,11 @@ func New() *Metrics {
 			Namespace: namespace, Name: "manifests_problems",
 			Help: "Number of manifest files or objects that could not be used in the last load",
 		}),
+		objectsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "objects_rejected_total",
+			Help: "Cluster objects that failed validation, each version counted once, by kind and by what became of them " +
+				"(kept-last-good, refused, source-ranges-closed, skipped)",
+		}, []string{"kind", "reason"}),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
 	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
@@ -147,12 +153,18 @@ func New() *Metrics {
 	for _, policy := range []string{TrafficPolicyInternal, TrafficPolicyExternal} {
 		m.noLocalEndpoints.WithLabelValues(policy)
 	}
+	for _, reason := range []string{"kept-last-good", "refused", "source-ranges-closed"} {
+		m.objectsRejected.WithLabelValues("Service", reason)
+	}
+	for _, reason := range []string{"kept-last-good", "skipped"} {
+		m.objectsRejected.WithLabelValues("EndpointSlice", reason)
+	}
 	m.reg.MustRegister(
 		m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.syncKernelDuration, m.networkProgramming,
 		m.lastSynced, m.lastQueued,
 		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
 		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
-		m.conntrackDeleted, m.manifestProblems,
+		m.conntrackDeleted, m.manifestProblems, m.objectsRejected,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -214,6 +226,9 @@ func (m *Metrics) ConntrackDeleted(n int) { addCount(m.conntrackDeleted, n) }
 func (m *Metrics) SetNoLocalEndpoints(policy string, n int) {
 	m.noLocalEndpoints.WithLabelValues(policy).Set(float64(n))
 }
+
+// ObjectRejected counts one rejected version of a cluster object (see model.Admission).
+func (m *Metrics) ObjectRejected(kind, reason string) { m.objectsRejected.WithLabelValues(kind, reason).Inc() }
 
 // SetManifestProblems sets the number of bad manifest files or objects in the last load.
 func (m *Metrics) SetManifestProblems(n int) { m.manifestProblems.Set(float64(n)) }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"time"
@@ -111,6 +112,31 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 		out = append(out, sp)
 	}
 	return out
+}
+
+// refusedPorts builds the ports of a Service that failed validation and has no good
+// version: what can be read of its addresses and ports, with no endpoints, so that every
+// address it names refuses its traffic. Ports that cannot be read at all are left out.
+func refusedPorts(svc *v1.Service) []*ServicePort {
+	readable := *svc
+	readable.Spec.Ports = nil
+	seen := map[ServicePortName]bool{}
+	for _, p := range svc.Spec.Ports {
+		proto := cmp.Or(p.Protocol, v1.ProtocolTCP)
+		n := ServicePortName{Port: p.Name, Protocol: Protocol(proto)}
+		if p.Port < 1 || p.Port > 65535 || !slices.Contains(protocols, proto) || seen[n] {
+			continue
+		}
+		seen[n] = true
+		if p.NodePort < 0 || p.NodePort > 65535 {
+			p.NodePort = 0
+		}
+		readable.Spec.Ports = append(readable.Spec.Ports, p)
+	}
+	if h := readable.Spec.HealthCheckNodePort; h < 0 || h > 65535 {
+		readable.Spec.HealthCheckNodePort = 0
+	}
+	return ServicePorts(&readable, nil)
 }
 
 func endpointsFor(portName string, proto Protocol, eps []*discovery.EndpointSlice) ([]Endpoint, int64) {

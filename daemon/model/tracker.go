@@ -77,6 +77,7 @@ type sliceKey struct{ Namespace, Name string }
 type Tracker struct {
 	mu       sync.Mutex
 	services map[ServiceName]*v1.Service
+	refused  map[ServiceName]bool // taken without endpoints (see RefuseService)
 	slices   map[sliceKey]*discovery.EndpointSlice
 	bySvc    map[ServiceName][]sliceKey // each sorted by name: a Service's slices in a stable order
 	dirty    map[ServiceName]struct{}
@@ -92,6 +93,7 @@ type Tracker struct {
 func NewTracker() *Tracker {
 	return &Tracker{
 		services: map[ServiceName]*v1.Service{},
+		refused:  map[ServiceName]bool{},
 		slices:   map[sliceKey]*discovery.EndpointSlice{},
 		bySvc:    map[ServiceName][]sliceKey{},
 		dirty:    map[ServiceName]struct{}{},
@@ -110,12 +112,30 @@ func (t *Tracker) UpsertService(svc *v1.Service) {
 }
 
 func (t *Tracker) upsertService(svc *v1.Service) {
+	t.setService(svc, false)
+}
+
+// RefuseService adds or replaces a Service that failed validation and has no good version
+// to keep (see Admission): its ports are built from what can be read of it, without
+// endpoints, so that its addresses refuse everyone. An UpsertService takes it back.
+func (t *Tracker) RefuseService(svc *v1.Service) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setService(svc, true)
+}
+
+func (t *Tracker) setService(svc *v1.Service, refused bool) {
 	n := ServiceName{Namespace: svc.Namespace, Name: svc.Name}
-	if old, ok := t.services[n]; ok && reflect.DeepEqual(old.Spec, svc.Spec) && reflect.DeepEqual(old.Status, svc.Status) &&
-		sameAnnotationsRead(old, svc) {
+	if old, ok := t.services[n]; ok && t.refused[n] == refused && reflect.DeepEqual(old.Spec, svc.Spec) &&
+		reflect.DeepEqual(old.Status, svc.Status) && sameAnnotationsRead(old, svc) {
 		return
 	}
 	t.services[n] = svc
+	if refused {
+		t.refused[n] = true
+	} else {
+		delete(t.refused, n)
+	}
 	t.dirty[n] = struct{}{}
 	t.svcEv++
 }
@@ -143,6 +163,7 @@ func (t *Tracker) deleteService(n ServiceName) {
 		return
 	}
 	delete(t.services, n)
+	delete(t.refused, n)
 	t.dirty[n] = struct{}{}
 	t.svcEv++
 }
@@ -201,12 +222,21 @@ func (t *Tracker) unlinkSlice(k sliceKey, s *discovery.EndpointSlice) {
 // Replace makes the tracked objects exactly the given ones, as a source that always knows
 // the whole desired state (a manifests directory, a cache file) delivers them.
 func (t *Tracker) Replace(services []*v1.Service, eps []*discovery.EndpointSlice) {
+	t.ReplaceAll(services, nil, eps)
+}
+
+// ReplaceAll is Replace with refused Services besides (see RefuseService).
+func (t *Tracker) ReplaceAll(services, refused []*v1.Service, eps []*discovery.EndpointSlice) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	keepSvc := map[ServiceName]bool{}
 	for _, s := range services {
 		keepSvc[ServiceName{Namespace: s.Namespace, Name: s.Name}] = true
-		t.upsertService(s)
+		t.setService(s, false)
+	}
+	for _, s := range refused {
+		keepSvc[ServiceName{Namespace: s.Namespace, Name: s.Name}] = true
+		t.setService(s, true)
 	}
 	for n := range t.services {
 		if !keepSvc[n] {
@@ -239,7 +269,12 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 		for _, k := range t.bySvc[n] {
 			eps = append(eps, t.slices[k])
 		}
-		next := ServicePorts(t.services[n], eps)
+		var next []*ServicePort
+		if t.refused[n] {
+			next = refusedPorts(t.services[n])
+		} else {
+			next = ServicePorts(t.services[n], eps)
+		}
 		prev := t.built[n]
 		seen := map[ServicePortName]bool{}
 		for _, sp := range next {

@@ -83,10 +83,26 @@ func validateMeta(meta *field.Path, name, namespace string, nameRule func(string
 }
 
 func nameRuleIfSet(s string, rule func(string) []string) []string {
-	if s == "" {
+	if s == "" || plainLabel(s) {
 		return nil
 	}
 	return rule(s)
+}
+
+// plainLabel reports whether s passes every name rule used here (DNS-1035 label, DNS-1123
+// label and subdomain) without running their regular expressions: a lowercase letter, then
+// lowercase letters, digits and dashes, not ending in a dash, at most 63 bytes. Every
+// Service and slice is validated, 20,000 objects at 10,000 Services.
+func plainLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func validateClusterIPs(spec *field.Path, s *v1.ServiceSpec) field.ErrorList {
@@ -283,23 +299,38 @@ func ValidateEndpointSlice(s *discovery.EndpointSlice) field.ErrorList {
 	if svc := s.Labels[ServiceNameLabel]; svc == "" {
 		errs = append(errs, field.Required(label, "names the Service this slice belongs to"))
 	} else {
-		for _, msg := range validation.IsDNS1035Label(svc) {
+		for _, msg := range nameRuleIfSet(svc, validation.IsDNS1035Label) {
 			errs = append(errs, field.Invalid(label, svc, msg))
 		}
 	}
 	if !slices.Contains(addressTypes, s.AddressType) {
 		errs = append(errs, field.NotSupported(field.NewPath("addressType"), s.AddressType, addressTypes))
 	}
+	// A cluster's slices hold 100,000 addresses: paths are built only for an error.
+	addresses := func(i int) *field.Path { return field.NewPath("endpoints").Index(i).Child("addresses") }
 	for i, e := range s.Endpoints {
-		p := field.NewPath("endpoints").Index(i).Child("addresses")
 		if len(e.Addresses) == 0 {
-			errs = append(errs, field.Required(p, "an endpoint needs at least one address"))
+			errs = append(errs, field.Required(addresses(i), "an endpoint needs at least one address"))
 		}
 		for j, a := range e.Addresses {
-			errs = append(errs, validateEndpointAddress(p.Index(j), s.AddressType, a)...)
+			if !plainEndpointAddress(s.AddressType, a) {
+				errs = append(errs, validateEndpointAddress(addresses(i).Index(j), s.AddressType, a)...)
+			}
 		}
 	}
 	return append(errs, validateSlicePorts(field.NewPath("ports"), s.Ports)...)
+}
+
+// plainEndpointAddress reports whether a is an IP address of typ's family in strict form
+// that validateEndpointAddress would take as it is: most addresses, checked without
+// allocating.
+func plainEndpointAddress(typ discovery.AddressType, a string) bool {
+	addr, err := netip.ParseAddr(a)
+	if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsLoopback() ||
+		addr.IsLinkLocalUnicast() || addr.IsMulticast() {
+		return false
+	}
+	return typ == discovery.AddressTypeIPv4 && addr.Is4() || typ == discovery.AddressTypeIPv6 && addr.Is6()
 }
 
 func validateEndpointAddress(p *field.Path, typ discovery.AddressType, a string) field.ErrorList {
