@@ -228,7 +228,9 @@ func (m *Metrics) SetNoLocalEndpoints(policy string, n int) {
 }
 
 // ObjectRejected counts one rejected version of a cluster object (see model.Admission).
-func (m *Metrics) ObjectRejected(kind, reason string) { m.objectsRejected.WithLabelValues(kind, reason).Inc() }
+func (m *Metrics) ObjectRejected(kind, reason string) {
+	m.objectsRejected.WithLabelValues(kind, reason).Inc()
+}
 
 // SetManifestProblems sets the number of bad manifest files or objects in the last load.
 func (m *Metrics) SetManifestProblems(n int) { m.manifestProblems.Set(float64(n)) }

@@ -27,7 +27,7 @@ const (
 
 // Rejection reports one version of an object that was not taken as it is.
 type Rejection struct {
-	Service *v1.Service               // the Service, or nil
+	Service *v1.Service              // the Service, or nil
 	Slice   *discovery.EndpointSlice // the EndpointSlice, or nil
 	Outcome Outcome
 	Errs    field.ErrorList
