@@ -11,9 +11,9 @@ import (
 
 // Scenarios returns the traffic matrix. Addresses used (each scenario owns its own):
 //
-//	ClusterIPs 10.96.10.1-15, 10.96.10.20-22, 10.96.10.30, fd00:96::10:9; node ports 30102-30109,
-//	health check 30205; LoadBalancer IPs 203.0.113.103-109, 2001:db8:113::109; external
-//	IP 198.51.100.14. A mode's own scenarios use others (ipvs: 10.96.11.0/24; nftables and
+//	ClusterIPs 10.96.10.1-17, 10.96.10.20-22, 10.96.10.30, fd00:96::10:9; node ports 30102-30109,
+//	30111-30112, health check 30205; LoadBalancer IPs 203.0.113.103-111, 2001:db8:113::109;
+//	external IP 198.51.100.14. A mode's own scenarios use others (ipvs: 10.96.11.0/24; nftables and
 //	iptables: 10.96.10.23-24, node port 30110).
 //
 // Endpoints are on nodes worker-N, never on the gateway itself (--hostname-override).
@@ -23,6 +23,8 @@ func Scenarios() []Scenario {
 		clusterIPSpread(),
 		nodePortOnNodeIP(),
 		loadBalancerSourceRanges(),
+		sourceRangesReadAsKubeProxy(),
+		unreadableSourceRangesRefuseEveryone(),
 		externalIPsServed(),
 		hairpinEndpoint(),
 		sessionAffinity(),
@@ -125,6 +127,39 @@ func loadBalancerSourceRanges() Scenario {
 			t.Logf("client-2 (outside the source ranges) -> LB IP: %v", r)
 			// The ranges guard the LoadBalancer IP only, not the ClusterIP.
 			tally(t, l.Client2, "10.96.10.3:80", 3)
+		},
+	}
+}
+
+// sourceRangesReadAsKubeProxy: ranges padded with spaces (the API server accepts them) and
+// with leading zeros (older API servers stored them) restrict as kube-proxy reads them.
+func sourceRangesReadAsKubeProxy() Scenario {
+	svc := service("lb-ranges-sloppy", []string{"10.96.10.16"},
+		loadBalancer(30111, "203.0.113.110"), sourceRanges(" 10.200.1.0/24", "192.000.002.000/24 "))
+	return Scenario{
+		Name:      "loadbalancer-source-ranges-padded",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			tally(t, l.Client, "203.0.113.110:80", 5)
+			expectOutcome(t, l.Client2, "203.0.113.110:80", TimedOut)
+		},
+	}
+}
+
+// unreadableSourceRangesRefuseEveryone: a range no parser accepts closes the LoadBalancer
+// IP to every source, the insider too, instead of leaving it open to all.
+func unreadableSourceRangesRefuseEveryone() Scenario {
+	svc := service("lb-ranges-unreadable", []string{"10.96.10.17"},
+		loadBalancer(30112, "203.0.113.111"), sourceRanges("10.200.1.0/24", "10.200.3.0/33"))
+	return Scenario{
+		Name:      "loadbalancer-source-ranges-unreadable",
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check: func(t *testing.T, l *Lab, g *Gateway) {
+			expectOutcome(t, l.Client, "203.0.113.111:80", TimedOut)
+			expectOutcome(t, l.Client2, "203.0.113.111:80", TimedOut)
+			// Only the LoadBalancer IP is closed: the ClusterIP and node port serve.
+			tally(t, l.Client, "10.96.10.17:80", 3)
+			tally(t, l.Client2, "10.200.1.1:30112", 3)
 		},
 	}
 }
