@@ -40,9 +40,12 @@ func TestPortsSnapshotsStayAsTaken(t *testing.T) {
 	if _, ok := second.Get(name(5000)); !ok {
 		t.Errorf("second snapshot lacks the added port")
 	}
+	// A part no port hashed to is nil in both snapshots, and shared as much as any: the
+	// seed is random, and 2,000 ports leave one of the 256 parts empty in about one run in
+	// ten, which this test once counted as a difference.
 	shared := 0
 	for i := range first.shards {
-		if first.shards[i] != nil && reflect.ValueOf(first.shards[i]).UnsafePointer() == reflect.ValueOf(second.shards[i]).UnsafePointer() {
+		if reflect.ValueOf(first.shards[i]).UnsafePointer() == reflect.ValueOf(second.shards[i]).UnsafePointer() {
 			shared++
 		}
 	}
