@@ -90,7 +90,10 @@ type Cluster struct {
 	GatewayKubeconfig string // path
 	Dir               string
 	EtcdLog           string // path of etcd's output
-	APIServerLog      string // path of kube-apiserver's output, appended to on restart
+	// EtcdURL is etcd's client URL on loopback inside NetNS: tests write objects the
+	// apiserver's validation would refuse (older clusters still hold them) straight into it.
+	EtcdURL      string
+	APIServerLog string // path of kube-apiserver's output, appended to on restart
 	// Client is an admin clientset; it dials into NetNS and survives restarts.
 	Client kubernetes.Interface
 
@@ -204,6 +207,7 @@ func (c *Cluster) launch(ctx context.Context, opts Options, addr netip.Addr) err
 
 	c.EtcdLog = filepath.Join(c.Dir, "etcd.log")
 	clientURL := "http://" + netip.AddrPortFrom(loopback, etcdClient).String()
+	c.EtcdURL = clientURL
 	peerURL := "http://" + netip.AddrPortFrom(loopback, etcdPeer).String()
 	c.etcd, err = startProcess("etcd", c.ns, c.EtcdLog, c.bins.Etcd,
 		"--name=edgegate-test",
