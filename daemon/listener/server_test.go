@@ -123,6 +123,25 @@ func TestSlowHeaderIsCutOff(t *testing.T) {
 	eventually(t, "the cut-off connection's place is given back", func() bool { return g.Open() == 0 })
 }
 
+func TestHeaderSizeLimit(t *testing.T) {
+	_, addr := serve(t, Default, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }), nil)
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{8 << 10, http.StatusOK}, {24 << 10, http.StatusRequestHeaderFieldsTooLarge}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", tc.size))
+		resp, err := (&http.Client{Timeout: bound}).Do(req)
+		if err != nil {
+			t.Fatalf("a %d-byte header: %v", tc.size, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("a %d-byte header: status %d, want %d", tc.size, resp.StatusCode, tc.want)
+		}
+	}
+}
+
 // TestTLSOnTopOfTheGate is how the dashboard composes TLS with the gate: the gate counts
 // the raw connection, and a client that never completes its handshake is cut off by the
 // server's ReadHeaderTimeout.
