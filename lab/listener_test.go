@@ -164,10 +164,7 @@ func TestListenerAbuse(t *testing.T) {
 // returns those the daemon did not reset before the dial returned, open.
 func flood(h *Host, from netip.Addr, addr string, n int) (conns []net.Conn, reset int, err error) {
 	err = h.Do(func() error {
-		d := net.Dialer{Timeout: 5 * time.Second}
-		if from.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
-		}
+		d := dialerFrom(from)
 		for i := range n {
 			c, err := d.Dial("tcp", addr)
 			switch {
@@ -190,10 +187,7 @@ func flood(h *Host, from netip.Addr, addr string, n int) (conns []net.Conn, rese
 func slowHeader(h *Host, from netip.Addr, addr string, limit time.Duration) (time.Duration, error) {
 	var c net.Conn
 	err := h.Do(func() error {
-		d := net.Dialer{Timeout: 5 * time.Second}
-		if from.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
-		}
+		d := dialerFrom(from)
 		var err error
 		c, err = d.Dial("tcp", addr)
 		return err
@@ -224,6 +218,16 @@ func slowHeader(h *Host, from netip.Addr, addr string, limit time.Duration) (tim
 			_, _ = c.Write([]byte{header[i%len(header)]})
 		}
 	}
+}
+
+// dialerFrom dials from the local address from, or from the one the kernel picks when from
+// is the zero Addr.
+func dialerFrom(from netip.Addr) *net.Dialer {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	if from.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
+	}
+	return d
 }
 
 func openFiles(t *testing.T, pid int) int {

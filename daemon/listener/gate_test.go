@@ -106,6 +106,14 @@ func (a *acceptor) admitted(t *testing.T, from string) net.Conn {
 	}
 }
 
+// open dials from the loopback address from and waits until the gate admits the
+// connection; it returns the server's side.
+func (a *acceptor) open(t *testing.T, from string) net.Conn {
+	t.Helper()
+	dial(t, from, a.addr)
+	return a.admitted(t, from)
+}
+
 // expectRefused dials from the loopback address from and checks that the gate closed the
 // connection at once: its reset may come before the dial returns, or as the first read.
 func expectRefused(t *testing.T, from, addr, what string) {
@@ -136,14 +144,11 @@ func expectClosed(t *testing.T, c net.Conn, what string) {
 func TestPerSourceCap(t *testing.T) {
 	m := newFakeMetrics()
 	a := newAcceptor(t, caps(2, 10), m)
-	dial(t, "127.0.0.1", a.addr)
-	a.admitted(t, "127.0.0.1")
-	dial(t, "127.0.0.1", a.addr)
-	a.admitted(t, "127.0.0.1")
+	a.open(t, "127.0.0.1")
+	a.open(t, "127.0.0.1")
 
 	expectRefused(t, "127.0.0.1", a.addr, "a third connection from 127.0.0.1")
-	dial(t, "127.0.0.2", a.addr)
-	a.admitted(t, "127.0.0.2")
+	a.open(t, "127.0.0.2")
 	if got := a.gate.Open(); got != 3 {
 		t.Errorf("open connections: %d, want 3", got)
 	}
@@ -155,10 +160,8 @@ func TestPerSourceCap(t *testing.T) {
 func TestTotalCap(t *testing.T) {
 	m := newFakeMetrics()
 	a := newAcceptor(t, caps(10, 2), m)
-	dial(t, "127.0.0.1", a.addr)
-	a.admitted(t, "127.0.0.1")
-	dial(t, "127.0.0.2", a.addr)
-	a.admitted(t, "127.0.0.2")
+	a.open(t, "127.0.0.1")
+	a.open(t, "127.0.0.2")
 
 	expectRefused(t, "127.0.0.3", a.addr, "a third connection, from a new source")
 	if got := m.refusals(RefusedTotal); got != 1 {
@@ -172,8 +175,7 @@ func TestTotalCap(t *testing.T) {
 func TestCloseGivesThePlaceBackOnce(t *testing.T) {
 	m := newFakeMetrics()
 	a := newAcceptor(t, caps(1, 10), m)
-	dial(t, "127.0.0.1", a.addr)
-	c := a.admitted(t, "127.0.0.1")
+	c := a.open(t, "127.0.0.1")
 	expectRefused(t, "127.0.0.1", a.addr, "a second connection from 127.0.0.1")
 
 	c.Close()
@@ -181,8 +183,7 @@ func TestCloseGivesThePlaceBackOnce(t *testing.T) {
 	if got := a.gate.Open(); got != 0 {
 		t.Fatalf("open connections after close: %d, want 0", got)
 	}
-	dial(t, "127.0.0.1", a.addr)
-	a.admitted(t, "127.0.0.1")
+	a.open(t, "127.0.0.1")
 	expectRefused(t, "127.0.0.1", a.addr, "a second connection from 127.0.0.1 after one was closed twice")
 	m.mu.Lock()
 	defer m.mu.Unlock()
