@@ -114,7 +114,8 @@ func (l *gated) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		src := source(c.RemoteAddr())
-		if !l.g.admit(src) {
+		if reason := l.g.admit(src); reason != "" {
+			l.g.refuse(src, reason)
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0)
 			}
@@ -133,9 +134,9 @@ func source(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-func (g *Gate) admit(src netip.Addr) bool {
+// admit takes a place for a connection from src, or says why there is none.
+func (g *Gate) admit(src netip.Addr) (reason string) {
 	g.mu.Lock()
-	reason := ""
 	switch {
 	case g.bySource[src] >= g.cfg.MaxConnsPerSource:
 		reason = RefusedPerSource
@@ -146,31 +147,31 @@ func (g *Gate) admit(src netip.Addr) bool {
 		g.open++
 	}
 	open := g.open
-	logNow := false
-	if reason != "" {
-		g.refused++
-		if now := time.Now(); now.Sub(g.lastLogged) >= refusalLogEvery {
-			logNow, g.lastLogged = true, now
-		}
-	}
-	refused := g.refused
-	if logNow {
-		g.refused = 0
-	}
 	g.mu.Unlock()
-
 	if reason == "" {
 		g.report(open)
-		return true
 	}
+	return reason
+}
+
+// refuse counts a refused connection, and logs it with those since the last line at most
+// once per refusalLogEvery.
+func (g *Gate) refuse(src netip.Addr, reason string) {
 	if g.metrics != nil {
 		g.metrics.ListenerRefused(g.name, reason)
 	}
+	g.mu.Lock()
+	g.refused++
+	refused, now := g.refused, time.Now()
+	logNow := now.Sub(g.lastLogged) >= refusalLogEvery
+	if logNow {
+		g.refused, g.lastLogged = 0, now
+	}
+	g.mu.Unlock()
 	if logNow {
 		g.log.Warn("connections refused: cap reached", "listener", g.name, "source", src.String(), "reason", reason,
 			"refused", refused, "maxConnsPerSource", g.cfg.MaxConnsPerSource, "maxConns", g.cfg.MaxConns)
 	}
-	return false
 }
 
 func (g *Gate) release(src netip.Addr) {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -214,5 +216,18 @@ func TestCloseWriteReachesTCP(t *testing.T) {
 	_ = client.SetReadDeadline(time.Now().Add(bound))
 	if _, err := client.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("client read after the server's CloseWrite: %v, want EOF", err)
+	}
+}
+
+// TestRefusalsLoggedOncePerPeriod: a flood must not flood the log (the metrics count each).
+func TestRefusalsLoggedOncePerPeriod(t *testing.T) {
+	var logs strings.Builder
+	m := newFakeMetrics()
+	g := NewGate("test", caps(1, 10), m, slog.New(slog.NewTextHandler(&logs, nil)))
+	for range 3 {
+		g.refuse(netip.MustParseAddr("192.0.2.1"), RefusedPerSource)
+	}
+	if n := strings.Count(logs.String(), "cap reached"); n != 1 || m.refusals(RefusedPerSource) != 3 {
+		t.Errorf("3 refusals: %d log lines, %d counted; want 1 line, 3 counted:\n%s", n, m.refusals(RefusedPerSource), logs.String())
 	}
 }
