@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 	"github.com/edgegate/edgegate/daemon/lb/member"
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/daemon/update"
@@ -71,9 +72,26 @@ type Config struct {
 	// (default: one generated in StateDir at first start).
 	DashboardBindAddress string `json:"dashboardBindAddress"`
 	DashboardTokenFile   string `json:"dashboardTokenFile"`
+	// Listeners caps the connections of each HTTP listener: healthz, metrics, the
+	// dashboard, and the health-check node ports together.
+	Listeners ListenerConfiguration `json:"listeners"`
 
 	Cleanup bool `json:"-"`
 	Version bool `json:"-"`
+}
+
+// ListenerConfiguration caps the connections an HTTP listener holds open; a connection over
+// a cap is closed at once. The timeouts and size limits are listener.Default's.
+type ListenerConfiguration struct {
+	MaxConnectionsPerSource int `json:"maxConnectionsPerSource"`
+	MaxConnections          int `json:"maxConnections"`
+}
+
+// config is listener.Default with c's caps.
+func (c ListenerConfiguration) config() listener.Config {
+	lc := listener.Default
+	lc.MaxConnsPerSource, lc.MaxConns = c.MaxConnectionsPerSource, c.MaxConnections
+	return lc
 }
 
 // IPVSConfiguration is the ipvs mode's configuration.
@@ -182,6 +200,8 @@ func defaults() Config {
 		// Port 80 on every address: the firmware has one management NIC, and operators
 		// narrow it to that NIC's address in the configuration.
 		DashboardBindAddress: ":80",
+		Listeners: ListenerConfiguration{MaxConnectionsPerSource: listener.Default.MaxConnsPerSource,
+			MaxConnections: listener.Default.MaxConns},
 	}
 }
 
@@ -250,6 +270,8 @@ func parseConfig(args []string) (Config, error) {
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "serve Go's profiles at /debug/pprof/ on the metrics address (CPU, heap: where a sync's time and memory go)")
 	fs.StringVar(&c.DashboardBindAddress, "dashboard-bind-address", c.DashboardBindAddress, "address:port of the dashboard and operator API (never a NodePort-range port); empty disables")
 	fs.StringVar(&c.DashboardTokenFile, "dashboard-token-file", c.DashboardTokenFile, "file holding the dashboard's access token; default: generated at first start into --state-dir")
+	fs.IntVar(&c.Listeners.MaxConnectionsPerSource, "listener-max-connections-per-source", c.Listeners.MaxConnectionsPerSource, "connections one source address may hold open to each HTTP listener (healthz, metrics, dashboard, the health-check node ports together); more are closed at once")
+	fs.IntVar(&c.Listeners.MaxConnections, "listener-max-connections", c.Listeners.MaxConnections, "connections each HTTP listener holds open in all; more are closed at once")
 	fs.Var(listFlag{&c.NodePortAddresses}, "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")
 	fs.Var(listFlag{&c.ClusterCIDRs}, "cluster-cidr", "pod CIDRs, comma-separated; ClusterIP traffic from outside them is masqueraded")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to ClusterIPs")
@@ -374,6 +396,10 @@ func (c *Config) validate() error {
 		if v.bad {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", v.name))
 		}
+	}
+	if l := c.Listeners; l.MaxConnectionsPerSource < 1 || l.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("--listener-max-connections-per-source and --listener-max-connections (listeners.maxConnectionsPerSource, listeners.maxConnections): %d and %d, want at least 1 each",
+			l.MaxConnectionsPerSource, l.MaxConnections))
 	}
 	errs = append(errs, c.validLoadBalancer()...)
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
@@ -41,6 +42,8 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--cluster-cidr", "10.244.0.0"}, "--cluster-cidr"},
 		{[]string{"--masquerade-bit", "40"}, "--masquerade-bit"},
 		{[]string{"--nodeport-addresses", "nonsense"}, "--nodeport-addresses"},
+		{[]string{"--listener-max-connections-per-source", "0"}, "--listener-max-connections-per-source"},
+		{[]string{"--listener-max-connections", "-1"}, "--listener-max-connections"},
 	} {
 		_, err := parseConfig(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -200,5 +203,26 @@ func TestLoadBalancerConfig(t *testing.T) {
 		if _, err := parseConfig(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+func TestListenerCaps(t *testing.T) {
+	c, err := parseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Listeners.config(); got != listener.Default {
+		t.Errorf("default listener config %+v, want listener.Default %+v", got, listener.Default)
+	}
+	file := filepath.Join(t.TempDir(), "edgegate.yaml")
+	if err := os.WriteFile(file, []byte("listeners:\n  maxConnectionsPerSource: 8\n  maxConnections: 100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err = parseConfig([]string{"--config", file, "--listener-max-connections", "64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Listeners.config(); got.MaxConnsPerSource != 8 || got.MaxConns != 64 || got.ReadHeaderTimeout != listener.Default.ReadHeaderTimeout {
+		t.Errorf("listener config %+v, want 8 per source from the file, 64 in all from the flag, the default timeouts", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
@@ -26,6 +27,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 	"github.com/edgegate/edgegate/daemon/kernel/kernelview"
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/pid1"
@@ -147,14 +149,20 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 	ctx, stopComponents := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopComponents()
 	families := []model.Family{model.IPv4, model.IPv6}
+	m := metrics.New()
+	// Every HTTP listener has a gate of its own, so that a flood of one leaves the others
+	// answering; the health-check node ports share one.
+	gate := func(name string) *listener.Gate {
+		return listener.NewGate(name, cfg.Listeners.config(), m, log.With("component", name))
+	}
 	var dash *dashboard.Dashboard // nil when disabled
 	if cfg.DashboardBindAddress != "" {
 		dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Plan: pc, Families: families,
 			NFTPerTable: cfg.NFTables.EndpointsPerTable,
-			Kernel:      kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{})},
+			Kernel:      kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{}),
+			Gate: gate("dashboard")},
 			cfg.DashboardBindAddress, cfg.DashboardTokenFile, cfg.StateDir, log)
 	}
-	m := metrics.New()
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	dr := newDrains(health.SetDraining)
 	lbs, err := newLoadBalancer(cfg.LoadBalancer, pc.NodeName, log)
@@ -174,7 +182,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		dr.changed = dash.ShowDrain
 		dash.OnDrain(func(on bool) bool { return dr.set(drainOperator, on) })
 	}
-	hc := healthcheck.NewServer(nil, log.With("component", "healthcheck"))
+	hc := healthcheck.NewServer(nil, gate("healthcheck"), log.With("component", "healthcheck"))
 	hc.UseProxyHealth(health)
 	defer hc.Close()
 	tracker := model.NewTracker()
@@ -268,10 +276,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		}()
 	}
 	if cfg.HealthzBindAddress != "" {
-		start("healthz", func() error { return health.Serve(ctx, cfg.HealthzBindAddress, log.With("component", "healthz")) })
+		start("healthz", func() error {
+			return health.Serve(ctx, cfg.HealthzBindAddress, gate("healthz"), log.With("component", "healthz"))
+		})
 	}
 	if cfg.MetricsBindAddress != "" {
-		start("metrics", func() error { return serveMetrics(ctx, cfg.MetricsBindAddress, metricsMux(m, cfg.EnableProfiling)) })
+		start("metrics", func() error {
+			return serveMetrics(ctx, cfg.MetricsBindAddress, metricsMux(m, cfg.EnableProfiling), gate("metrics"))
+		})
 	}
 	if dash != nil {
 		start("dashboard", func() error { dash.Start(ctx, cfg.DashboardBindAddress); return nil })
@@ -409,16 +421,10 @@ func metricsMux(m *metrics.Metrics, profiling bool) *http.ServeMux {
 	return mux
 }
 
-func serveMetrics(ctx context.Context, addr string, mux http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+func serveMetrics(ctx context.Context, addr string, mux http.Handler, gate *listener.Gate) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen on %s: %w", addr, err)
 	}
-	return nil
+	return listener.Serve(ctx, gate.Server(mux), gate.Listen(ln))
 }

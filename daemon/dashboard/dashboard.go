@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
@@ -56,6 +57,11 @@ type Options struct {
 	// Interval is how often the samplers read counters, the cluster link and the network
 	// (default 1s); changes only are pushed.
 	Interval time.Duration
+	// Gate admits the dashboard's connections and makes its server (default: a gate of
+	// its own with listener.Default).
+	Gate *listener.Gate
+	// Upload bounds a firmware upload (default: bundleUpload).
+	Upload listener.Upload
 }
 
 // TrafficSource reads the data plane's counters for the services of a snapshot. Each proxy
@@ -184,6 +190,12 @@ func New(o Options) *Dashboard {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Gate == nil {
+		o.Gate = listener.NewGate("dashboard", listener.Default, nil, o.Log)
+	}
+	if o.Upload == (listener.Upload{}) {
+		o.Upload = bundleUpload
 	}
 	d := &Dashboard{hub: NewHub(o.Buffer), opts: o, lastTrigger: map[model.ServicePortName]int64{}}
 	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: o.Mode, Node: o.Node, Started: o.Now()})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/webui"
@@ -50,7 +50,20 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /api/update/activate", d.serveActivate)
 	mux.HandleFunc("POST /api/update/cancel", d.serveCancel)
 	mux.Handle("GET /", http.FileServerFS(webui.Files))
-	return d.guard(mux)
+	return d.guard(limitBodies(mux))
+}
+
+// maxRequestBody bounds the body of every request but a firmware upload, which bounds its
+// own (Options.Upload): the other actions take a form field or nothing.
+const maxRequestBody = 64 << 10
+
+func limitBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/update" {
+			r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Proxy modes whose rules the views can show.
@@ -360,16 +373,13 @@ func (d *Dashboard) Serve(ctx context.Context, addr string) error {
 	return d.ServeListener(ctx, ln)
 }
 
-// ServeListener is Serve on a listener the caller opened.
+// ServeListener is Serve on a listener the caller opened. Connections pass Options.Gate
+// first; a TLS listener belongs between the gate and the server, so that connections are
+// counted before their handshake, which the server bounds by its ReadHeaderTimeout.
 func (d *Dashboard) ServeListener(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: d.baseContext(ctx)}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	srv := d.opts.Gate.Server(d.Handler())
+	srv.BaseContext = d.baseContext(ctx)
+	if err := listener.Serve(ctx, srv, d.opts.Gate.Listen(ln)); err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
 	return nil

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/update"
 )
 
@@ -49,8 +51,14 @@ func (d *Dashboard) serveUpdateStatus(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// serveUpdate is POST /api/update: the request body is a signed bundle. It is verified
-// while it streams into the inactive slot; activate=0 leaves it staged, otherwise the
+// bundleUpload bounds a firmware upload: a bundle is a kernel and an initramfs, tens of
+// megabytes, at most the 1 GiB a fleet rollout downloads (rollout.DefaultMaxBundleSize). It
+// may take as long as the link needs, but a link that cannot bring 64 KiB in 30s (17 kbit/s)
+// is cut off rather than left holding the updater.
+var bundleUpload = listener.Upload{Max: 1 << 30, MinBytes: 64 << 10, Window: 30 * time.Second}
+
+// serveUpdate is POST /api/update: the request body is a signed bundle, bounded by
+// Options.Upload. It is verified while it streams into the inactive slot; activate=0 leaves it staged, otherwise the
 // gateway switches to it and reboots right after answering. force=1 installs a bundle that
 // is not newer than the running firmware (never one that fails verification).
 func (d *Dashboard) serveUpdate(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +70,7 @@ func (d *Dashboard) serveUpdate(w http.ResponseWriter, r *http.Request) {
 	req := update.Request{Source: "upload from " + r.RemoteAddr, Force: q.Get("force") == "1", Activate: q.Get("activate") != "0"}
 	d.opts.Log.Warn("operator action", "action", "update", "force", req.Force, "activate", req.Activate,
 		"bytes", r.ContentLength, "from", r.RemoteAddr, "userAgent", r.UserAgent())
-	a, err := u.Install(r.Context(), r.Body, req)
+	a, err := u.Install(r.Context(), d.opts.Upload.Body(w, r), req)
 	d.answerUpdate(w, a, err)
 }
 
@@ -96,8 +104,13 @@ func (d *Dashboard) answerUpdate(w http.ResponseWriter, a update.Attempt, err er
 		ans.Attempt = &a
 	}
 	code := http.StatusOK
+	var tooBig *http.MaxBytesError
 	switch {
 	case err == nil:
+	case errors.As(err, &tooBig):
+		code = http.StatusRequestEntityTooLarge
+	case errors.Is(err, listener.ErrTooSlow):
+		code = http.StatusRequestTimeout
 	case errors.Is(err, update.ErrRefused):
 		code = http.StatusUnprocessableEntity
 	case errors.Is(err, update.ErrBusy), errors.Is(err, update.ErrNothingStaged):

@@ -27,7 +27,10 @@ func (f *fakeUpdater) Status() update.Status {
 }
 
 func (f *fakeUpdater) Install(_ context.Context, r io.Reader, req update.Request) (update.Attempt, error) {
-	b, _ := io.ReadAll(r)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return update.Attempt{}, fmt.Errorf("%w: %w", update.ErrRefused, err)
+	}
 	f.got, f.bodies = append(f.got, req), append(f.bodies, string(b))
 	a := update.Attempt{ID: "1", Source: req.Source, Phase: update.PhaseStaged}
 	if string(b) == "bad" {

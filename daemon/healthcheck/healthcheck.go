@@ -15,8 +15,8 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
-	"time"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
@@ -28,28 +28,30 @@ type ProxyHealth interface {
 // Server owns the health-check listeners. Its methods are safe for concurrent use.
 type Server struct {
 	bindAddrs []netip.Addr
+	gate      *listener.Gate // shared by every port, so their connections together stay capped
 	log       *slog.Logger
 
 	mu          sync.Mutex
-	services    map[model.ServiceName]*listener
+	services    map[model.ServiceName]*checkPort
 	endpoints   map[model.ServiceName]int
 	proxyHealth ProxyHealth // nil: count the proxy as healthy
 }
 
-// listener is one service's health check on one port, possibly on several addresses.
-type listener struct {
+// checkPort is one service's health check on one port, possibly on several addresses.
+type checkPort struct {
 	port    uint16
 	servers []*http.Server
 	serving sync.WaitGroup
 }
 
 // NewServer returns a Server whose listeners bind to bindAddrs, or to every address when
-// bindAddrs is empty.
-func NewServer(bindAddrs []netip.Addr, log *slog.Logger) *Server {
+// bindAddrs is empty, and admit connections through gate.
+func NewServer(bindAddrs []netip.Addr, gate *listener.Gate, log *slog.Logger) *Server {
 	return &Server{
 		bindAddrs: bindAddrs,
+		gate:      gate,
 		log:       log,
-		services:  map[model.ServiceName]*listener{},
+		services:  map[model.ServiceName]*checkPort{},
 		endpoints: map[model.ServiceName]int{},
 	}
 }
@@ -113,7 +115,7 @@ func (s *Server) Close() {
 
 // listen opens port on every bind address, or on none if any fails, so that a retry starts
 // from a clean slate.
-func (s *Server) listen(name model.ServiceName, port uint16) (*listener, error) {
+func (s *Server) listen(name model.ServiceName, port uint16) (*checkPort, error) {
 	addrs := []string{net.JoinHostPort("", strconv.Itoa(int(port)))}
 	if len(s.bindAddrs) > 0 {
 		addrs = addrs[:0]
@@ -121,7 +123,7 @@ func (s *Server) listen(name model.ServiceName, port uint16) (*listener, error) 
 			addrs = append(addrs, netip.AddrPortFrom(a, port).String())
 		}
 	}
-	l := &listener{port: port}
+	l := &checkPort{port: port}
 	var lns []net.Listener
 	for _, addr := range addrs {
 		ln, err := net.Listen("tcp", addr)
@@ -135,14 +137,10 @@ func (s *Server) listen(name model.ServiceName, port uint16) (*listener, error) 
 	}
 	handler := s.handler(name)
 	for _, ln := range lns {
-		srv := &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		}
+		srv := s.gate.Server(handler)
 		l.servers = append(l.servers, srv)
 		l.serving.Go(func() {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(s.gate.Listen(ln)); !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("health check stopped serving", "service", name.String(), "addr", ln.Addr().String(), "err", err)
 			}
 		})
@@ -152,7 +150,7 @@ func (s *Server) listen(name model.ServiceName, port uint16) (*listener, error) 
 
 // close stops l's servers and waits for their serve loops to end, so the port is free when it
 // returns. It does not wait for request handlers, which may be waiting for Server.mu.
-func (l *listener) close(log *slog.Logger, name model.ServiceName) {
+func (l *checkPort) close(log *slog.Logger, name model.ServiceName) {
 	for _, srv := range l.servers {
 		if err := srv.Close(); err != nil {
 			log.Warn("closing health check", "service", name.String(), "port", l.port, "err", err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
@@ -79,10 +80,44 @@ func expectClosed(t *testing.T, hostport string) {
 
 func newServer(t *testing.T, bind ...netip.Addr) (*Server, *syncBuffer) {
 	t.Helper()
+	return newGatedServer(t, listener.Default, bind...)
+}
+
+func newGatedServer(t *testing.T, cfg listener.Config, bind ...netip.Addr) (*Server, *syncBuffer) {
+	t.Helper()
 	logs := &syncBuffer{}
-	s := NewServer(bind, slog.New(slog.NewTextHandler(logs, nil)))
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	s := NewServer(bind, listener.NewGate("healthcheck", cfg, nil, log), log)
 	t.Cleanup(s.Close)
 	return s, logs
+}
+
+// TestPortsShareOneGate: the health-check ports are capped together, and a port closed with
+// its service gives back the places of its connections.
+func TestPortsShareOneGate(t *testing.T) {
+	cfg := listener.Default
+	cfg.MaxConnsPerSource = 1
+	s, _ := newGatedServer(t, cfg, loopback)
+	pa, pb := freePort(t), freePort(t)
+	s.SyncServices(map[model.ServiceName]uint16{svcA: pa, svcB: pb})
+	held, err := net.DialTimeout("tcp", addr(loopback, pa), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for deadline := time.Now().Add(5 * time.Second); s.gate.Open() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held connection is not counted: %d open", s.gate.Open())
+		}
+	}
+	if _, err := http.Get("http://" + addr(loopback, pb)); err == nil {
+		t.Fatal("port B answered while port A held the source's only place")
+	}
+	s.SyncServices(map[model.ServiceName]uint16{svcB: pb})
+	if got := s.gate.Open(); got != 0 {
+		t.Fatalf("open connections after port A closed: %d, want 0", got)
+	}
+	expectAnswer(t, addr(loopback, pb), http.StatusServiceUnavailable, svcB, 0, true)
 }
 
 func TestAnswerFollowsLocalEndpoints(t *testing.T) {

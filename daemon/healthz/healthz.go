@@ -7,13 +7,14 @@ package healthz
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/edgegate/edgegate/daemon/listener"
 )
 
 // Server tracks sync health and answers the health endpoints. Its methods are safe for
@@ -174,34 +175,16 @@ func writeStatus(w http.ResponseWriter, healthy bool, st status) {
 	_ = json.NewEncoder(w).Encode(st)
 }
 
-// Serve listens on addr and serves Handler until ctx ends, then shuts down gracefully. It
-// returns an error only when it cannot listen or the server fails.
-func (s *Server) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+// Serve listens on addr and serves Handler through gate until ctx ends, then shuts down
+// gracefully. It returns an error only when it cannot listen or the server fails.
+func (s *Server) Serve(ctx context.Context, addr string, gate *listener.Gate, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("healthz listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	shutdownDone := make(chan struct{})
-	stopShutdown := context.AfterFunc(ctx, func() {
-		defer close(shutdownDone)
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			log.Warn("healthz shutdown", "err", err)
-		}
-	})
 	log.Info("healthz serving", "addr", ln.Addr().String())
-	err = srv.Serve(ln)
-	if !stopShutdown() {
-		<-shutdownDone // ctx ended: let in-flight probes finish before returning
+	if err := listener.Serve(ctx, gate.Server(s.Handler()), gate.Listen(ln)); err != nil {
+		return fmt.Errorf("healthz: %w", err)
 	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return fmt.Errorf("healthz serve on %s: %w", addr, err)
+	return nil
 }

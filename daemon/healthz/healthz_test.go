@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/runner/fakeclock"
 )
 
@@ -139,7 +140,7 @@ func TestServeAnswersAndStopsOnCancel(t *testing.T) {
 	s := New(timeout, time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, addr, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- s.Serve(ctx, addr, testGate(), slog.New(slog.DiscardHandler)) }()
 
 	var resp *http.Response
 	var err error
@@ -174,7 +175,7 @@ func TestServeReportsListenFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	err = New(timeout, time.Now).Serve(context.Background(), ln.Addr().String(), slog.New(slog.DiscardHandler))
+	err = New(timeout, time.Now).Serve(context.Background(), ln.Addr().String(), testGate(), slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("Serve on a taken port returned nil")
 	}
@@ -224,4 +225,8 @@ func TestChecksAreReportedButNeverFailHealthz(t *testing.T) {
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("/healthz/nothing: status %d, want 404", rec.Code)
 	}
+}
+
+func testGate() *listener.Gate {
+	return listener.NewGate("healthz", listener.Default, nil, slog.New(slog.DiscardHandler))
 }

@@ -48,6 +48,8 @@ type Metrics struct {
 	conntrackDeleted    prometheus.Counter
 	manifestProblems    prometheus.Gauge
 	objectsRejected     *prometheus.CounterVec
+	listenerRefused     *prometheus.CounterVec
+	listenerConns       *prometheus.GaugeVec
 }
 
 // syncBuckets are kube-proxy's sync latency buckets: 1ms doubling up to about 16s.
@@ -145,6 +147,14 @@ func New() *Metrics {
 			Help: "Cluster objects that failed validation, each version counted once, by kind and by what became of them " +
 				"(kept-last-good, refused, source-ranges-closed, skipped)",
 		}, []string{"kind", "reason"}),
+		listenerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "listener_connections_refused_total",
+			Help: "Connections an HTTP listener closed at once because a cap was reached, by listener and cap (per_source, total)",
+		}, []string{"listener", "reason"}),
+		listenerConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "listener_connections",
+			Help: "Connections an HTTP listener holds open, by listener (websockets included)",
+		}, []string{"listener"}),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
 	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
@@ -164,7 +174,7 @@ func New() *Metrics {
 		m.lastSynced, m.lastQueued,
 		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
 		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
-		m.conntrackDeleted, m.manifestProblems, m.objectsRejected,
+		m.conntrackDeleted, m.manifestProblems, m.objectsRejected, m.listenerRefused, m.listenerConns,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -234,6 +244,17 @@ func (m *Metrics) ObjectRejected(kind, reason string) {
 
 // SetManifestProblems sets the number of bad manifest files or objects in the last load.
 func (m *Metrics) SetManifestProblems(n int) { m.manifestProblems.Set(float64(n)) }
+
+// ListenerRefused counts a connection the listener refused for reason (listener.RefusedPerSource
+// or listener.RefusedTotal).
+func (m *Metrics) ListenerRefused(listener, reason string) {
+	m.listenerRefused.WithLabelValues(listener, reason).Inc()
+}
+
+// ListenerConnections sets the connections the listener holds open.
+func (m *Metrics) ListenerConnections(listener string, open int) {
+	m.listenerConns.WithLabelValues(listener).Set(float64(open))
+}
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 

@@ -180,3 +180,16 @@ func TestClusterSeriesFollowTheState(t *testing.T) {
 			got["edgegate_cluster_api_reachable"], got["edgegate_cluster_serving_from_cache"])
 	}
 }
+
+func TestListenerConnections(t *testing.T) {
+	m := New()
+	m.ListenerConnections("healthz", 3)
+	m.ListenerRefused("healthz", "per_source")
+	m.ListenerRefused("healthz", "per_source")
+	m.ListenerRefused("dashboard", "total")
+	expect(t, scrape(t, m), map[string]float64{
+		`edgegate_listener_connections{listener="healthz"}`:                                   3,
+		`edgegate_listener_connections_refused_total{listener="healthz",reason="per_source"}`: 2,
+		`edgegate_listener_connections_refused_total{listener="dashboard",reason="total"}`:    1,
+	})
+}
