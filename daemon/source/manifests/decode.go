@@ -39,6 +39,9 @@ type entry struct {
 	line  int
 	svc   *v1.Service
 	slice *discovery.EndpointSlice
+	// refused marks a Service that failed validation, taken only while it has no good
+	// version: its addresses refuse everyone (model.Tracker.RefuseService).
+	refused bool
 }
 
 // fileResult is what decoding one file found.
@@ -47,6 +50,9 @@ type fileResult struct {
 	entries []entry
 	// invalid holds objects that could be identified but failed to decode or validate.
 	invalid []objectKey
+	// refusable holds the Services among them that decoded: what stands for each while it
+	// has no good version.
+	refusable map[objectKey]entry
 	// broken is set when part of the file could not be tied to any object, so any object
 	// of the file may be hiding in it.
 	broken   bool
@@ -327,9 +333,16 @@ func (r *fileResult) add(h *header, line int, e entry, clean bool, errs field.Er
 		k := h.key()
 		r.report(&ObjectError{File: r.file, Line: line, Kind: k.kind, Namespace: k.namespace, Name: k.name, Field: fe.Field, Err: fe})
 	}
-	if clean && len(errs) == 0 {
-		e.key, e.line = h.key(), line
+	e.key, e.line = h.key(), line
+	switch {
+	case clean && len(errs) == 0:
 		r.entries = append(r.entries, e)
+	case e.svc != nil:
+		if r.refusable == nil {
+			r.refusable = map[objectKey]entry{}
+		}
+		e.refused = true
+		r.refusable[e.key] = e
 	}
 }
 

@@ -73,7 +73,7 @@ func (d *Dir) Run(ctx context.Context, sink Sink, changed func()) error {
 		}
 	}()
 	var last loaded
-	if last.svcs, last.eps, last.problems, err = d.loader.load(); err != nil {
+	if last, err = d.loader.load(); err != nil {
 		return fmt.Errorf("read manifests directory %s: %w", d.path, err)
 	}
 	d.publish(sink, changed, last)
@@ -93,8 +93,7 @@ func (d *Dir) Run(ctx context.Context, sink Sink, changed func()) error {
 	// state, and its problems, every few seconds.
 	reload := func(onlyIfNew bool) {
 		deadline = time.Time{}
-		var next loaded
-		next.svcs, next.eps, next.problems, _ = d.loader.load()
+		next, _ := d.loader.load()
 		if onlyIfNew && next.equal(last) {
 			return
 		}
@@ -141,12 +140,14 @@ func (d *Dir) Run(ctx context.Context, sink Sink, changed func()) error {
 // loaded is the result of one load.
 type loaded struct {
 	svcs     []*v1.Service
+	refused  []*v1.Service // failed validation with no good version: see Sink
 	eps      []*discovery.EndpointSlice
 	problems []*ObjectError
 }
 
 func (l loaded) equal(o loaded) bool {
-	if !reflect.DeepEqual(l.svcs, o.svcs) || !reflect.DeepEqual(l.eps, o.eps) || len(l.problems) != len(o.problems) {
+	if !reflect.DeepEqual(l.svcs, o.svcs) || !reflect.DeepEqual(l.refused, o.refused) || !reflect.DeepEqual(l.eps, o.eps) ||
+		len(l.problems) != len(o.problems) {
 		return false
 	}
 	for i := range l.problems {
@@ -177,7 +178,7 @@ func relevant(name string) bool {
 }
 
 func (d *Dir) publish(sink Sink, changed func(), l loaded) {
-	sink.Replace(l.svcs, l.eps)
+	sink.ReplaceAll(l.svcs, l.refused, l.eps)
 	stored := make([]error, len(l.problems))
 	for i, p := range l.problems {
 		stored[i] = p
@@ -185,7 +186,7 @@ func (d *Dir) publish(sink Sink, changed func(), l loaded) {
 	d.mu.Lock()
 	d.problems = stored
 	d.mu.Unlock()
-	d.log.Info("manifests loaded", "dir", d.path, "services", len(l.svcs), "endpointslices", len(l.eps), "problems", len(l.problems))
+	d.log.Info("manifests loaded", "dir", d.path, "services", len(l.svcs), "refused", len(l.refused), "endpointslices", len(l.eps), "problems", len(l.problems))
 	for _, p := range l.problems {
 		d.log.Warn("manifest problem", "file", p.File, "line", p.Line, "kind", p.Kind, "object", p.Object(),
 			"field", p.Field, "error", p.Err.Error())

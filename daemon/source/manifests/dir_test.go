@@ -30,10 +30,13 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 1)} }
 
-func (r *recorder) Replace(svcs []*v1.Service, eps []*discovery.EndpointSlice) {
+func (r *recorder) ReplaceAll(svcs, refused []*v1.Service, eps []*discovery.EndpointSlice) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.last = state(svcs, eps)
+	for _, s := range refused {
+		r.last = append(r.last, "refused "+s.Namespace+"/"+s.Name)
+	}
 	r.calls++
 }
 

@@ -15,9 +15,11 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
-// Sink receives the whole desired state after every load.
+// Sink receives the whole desired state after every load: the Services, those that failed
+// validation with no good version to keep (their addresses refuse everyone), and the
+// EndpointSlices.
 type Sink interface {
-	Replace(services []*v1.Service, slices []*discovery.EndpointSlice)
+	ReplaceAll(services, refused []*v1.Service, slices []*discovery.EndpointSlice)
 }
 
 var _ Sink = (*model.Tracker)(nil)
@@ -38,22 +40,30 @@ func NewLoader(fsys fs.FS) *Loader {
 }
 
 // Load re-reads every manifest file and returns the objects in effect, each list sorted by
-// namespace and name, and every problem found (all of them *ObjectError).
+// namespace and name, and every problem found (all of them *ObjectError). Services that
+// failed validation with no good version are left out; Refused returns them.
 func (l *Loader) Load() (services []*v1.Service, slices []*discovery.EndpointSlice, problems []error) {
-	services, slices, found, _ := l.load()
-	for _, p := range found {
+	got, _ := l.load()
+	for _, p := range got.problems {
 		problems = append(problems, p)
 	}
-	return services, slices, problems
+	return got.svcs, got.eps, problems
+}
+
+// Refused returns the Services of the last load that failed validation and have no good
+// version, sorted by namespace and name.
+func (l *Loader) Refused() []*v1.Service {
+	_, refused, _ := l.output()
+	return refused
 }
 
 // load is Load that also says whether the directory itself could be read.
-func (l *Loader) load() ([]*v1.Service, []*discovery.EndpointSlice, []*ObjectError, error) {
+func (l *Loader) load() (loaded, error) {
 	names, err := manifestFiles(l.fsys)
 	if err != nil {
 		// An unreadable directory says nothing about its objects, so all of them stay.
-		svcs, eps := l.output()
-		return svcs, eps, []*ObjectError{{Err: fmt.Errorf("read manifests directory: %w", err)}}, err
+		svcs, refused, eps := l.output()
+		return loaded{svcs, refused, eps, []*ObjectError{{Err: fmt.Errorf("read manifests directory: %w", err)}}}, err
 	}
 	var problems []*ObjectError
 	files := map[string][]entry{}
@@ -75,8 +85,8 @@ func (l *Loader) load() ([]*v1.Service, []*discovery.EndpointSlice, []*ObjectErr
 	}
 	l.files = files
 	problems = append(problems, l.merge(names)...)
-	svcs, eps := l.output()
-	return svcs, eps, problems, nil
+	svcs, refused, eps := l.output()
+	return loaded{svcs, refused, eps, problems}, nil
 }
 
 // keepLastGood returns the objects a file contributes: those that decoded and validated,
@@ -98,10 +108,13 @@ func (l *Loader) keepLastGood(r *fileResult) []entry {
 		}
 		mentioned[k] = true
 		// The version the same file held comes first; then the one in effect from any
-		// file, so an object moved to another file and broken on the way is not lost.
-		if e, ok := before[k]; ok {
+		// file, so an object moved to another file and broken on the way is not lost. A
+		// Service with no good version is taken refused, as it is now.
+		if e, ok := before[k]; ok && !e.refused {
 			entries = append(entries, e)
-		} else if e, ok := l.current[k]; ok {
+		} else if e, ok := l.current[k]; ok && !e.refused {
+			entries = append(entries, e)
+		} else if e, ok := r.refusable[k]; ok {
 			entries = append(entries, e)
 		}
 	}
@@ -137,7 +150,7 @@ func (l *Loader) merge(names []string) []*ObjectError {
 	return problems
 }
 
-func (l *Loader) output() ([]*v1.Service, []*discovery.EndpointSlice) {
+func (l *Loader) output() (svcs, refused []*v1.Service, eps []*discovery.EndpointSlice) {
 	keys := make([]objectKey, 0, len(l.current))
 	for k := range l.current {
 		keys = append(keys, k)
@@ -145,17 +158,17 @@ func (l *Loader) output() ([]*v1.Service, []*discovery.EndpointSlice) {
 	slices.SortFunc(keys, func(a, b objectKey) int {
 		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
 	})
-	var svcs []*v1.Service
-	var eps []*discovery.EndpointSlice
 	for _, k := range keys {
 		switch e := l.current[k]; {
+		case e.refused:
+			refused = append(refused, e.svc)
 		case e.svc != nil:
 			svcs = append(svcs, e.svc)
 		case e.slice != nil:
 			eps = append(eps, e.slice)
 		}
 	}
-	return svcs, eps
+	return svcs, refused, eps
 }
 
 // manifestFiles lists the manifest files at the top of fsys, sorted by name. Hidden files

@@ -2,7 +2,9 @@ package manifests
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,5 +242,49 @@ func TestLoaderDefaultNamespace(t *testing.T) {
 	}
 	if svcs[0].Namespace != DefaultNamespace || eps[0].Namespace != DefaultNamespace {
 		t.Errorf("namespaces %q %q, want %q", svcs[0].Namespace, eps[0].Namespace, DefaultNamespace)
+	}
+}
+
+// A Service that fails validation with no good version is not skipped: it is handed on as
+// refused (its addresses refuse everyone), until a good version replaces it; a bad version
+// of a good Service keeps the good one.
+func TestLoaderRefusesServicesWithoutAGoodVersion(t *testing.T) {
+	const good = `apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: %d}]}
+`
+	const bad = `apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {clusterIP: 10.96.0.10, ports: [{name: HTTP_1, port: %d}]}
+`
+	fsys := fstest.MapFS{"web.yaml": {Data: fmt.Appendf(nil, bad, 80)}}
+	l := NewLoader(fsys)
+	load := func() (taken, refused []string) {
+		svcs, _, _ := l.Load()
+		for _, s := range svcs {
+			taken = append(taken, fmt.Sprintf("%s:%d", s.Name, s.Spec.Ports[0].Port))
+		}
+		for _, s := range l.Refused() {
+			refused = append(refused, fmt.Sprintf("%s:%d", s.Name, s.Spec.Ports[0].Port))
+		}
+		return taken, refused
+	}
+	steps := []struct {
+		data           string
+		taken, refused []string
+	}{
+		{fmt.Sprintf(bad, 80), nil, []string{"web:80"}},
+		{fmt.Sprintf(bad, 81), nil, []string{"web:81"}}, // still no good version: the newest bad one
+		{fmt.Sprintf(good, 82), []string{"web:82"}, nil},
+		{fmt.Sprintf(bad, 83), []string{"web:82"}, nil}, // the last good version stays
+	}
+	for i, s := range steps {
+		fsys["web.yaml"] = &fstest.MapFile{Data: []byte(s.data)}
+		taken, refused := load()
+		if !slices.Equal(taken, s.taken) || !slices.Equal(refused, s.refused) {
+			t.Errorf("step %d: taken %v refused %v, want %v and %v", i, taken, refused, s.taken, s.refused)
+		}
 	}
 }
