@@ -102,22 +102,23 @@ func NewKeySet(gen uint64, keys []PublicKey) *KeySet {
 	return s
 }
 
-// PublicKeys parses the set's keys; errors name the key by its index and wrap ErrMalformed.
+// PublicKeys parses the set's keys; errors name the field (the key by its index) and wrap
+// ErrMalformed.
 func (s KeySet) PublicKeys() ([]PublicKey, error) {
 	if s.Generation == 0 {
-		return nil, fmt.Errorf("nextKeys.generation: 0 is the firmware's own keys, a set in a manifest is 1 or more: %w", ErrMalformed)
+		return nil, fmt.Errorf("generation: 0 is the firmware's own keys, a set is 1 or more: %w", ErrMalformed)
 	}
 	if len(s.Keys) == 0 || len(s.Keys) > MaxNextKeys {
-		return nil, fmt.Errorf("nextKeys.keys: %d keys, want 1..%d: %w", len(s.Keys), MaxNextKeys, ErrMalformed)
+		return nil, fmt.Errorf("keys: %d keys, want 1..%d: %w", len(s.Keys), MaxNextKeys, ErrMalformed)
 	}
 	keys := make([]PublicKey, 0, len(s.Keys))
 	for i, line := range s.Keys {
 		k, err := ParsePublicKey([]byte(line))
 		if err != nil {
-			return nil, fmt.Errorf("nextKeys.keys[%d]: %w: %w", i, err, ErrMalformed)
+			return nil, fmt.Errorf("keys[%d]: %w: %w", i, err, ErrMalformed)
 		}
 		if _, dup := findKey(keys, k.ID); dup {
-			return nil, fmt.Errorf("nextKeys.keys[%d]: key %s listed twice: %w", i, k.ID, ErrMalformed)
+			return nil, fmt.Errorf("keys[%d]: key %s listed twice: %w", i, k.ID, ErrMalformed)
 		}
 		keys = append(keys, k)
 	}
@@ -184,7 +185,7 @@ func (m Manifest) validate() error {
 	}
 	if m.NextKeys != nil {
 		if _, err := m.NextKeys.PublicKeys(); err != nil {
-			return fmt.Errorf("%s: %w", EntryManifest, err)
+			return fmt.Errorf("%s: nextKeys.%w", EntryManifest, err)
 		}
 	}
 	return nil
