@@ -264,7 +264,9 @@ func TestTrustCopies(t *testing.T) {
 				}
 			}
 			g.t = t
-			m := g.manager(layout.SlotB, "v1.1.0", healthy)
+			// The older slot, whose own manifest raises nothing: what it trusts is the
+			// copies' merge alone.
+			m := g.manager(layout.SlotA, "v1.0.0", healthy)
 			if st := m.Status(); !st.Available {
 				t.Fatalf("unavailable: %s", st.Problem)
 			}
@@ -284,7 +286,7 @@ func TestTrustCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := g.manager(layout.SlotB, "v1.1.0", healthy)
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
 	if st := m.Status(); st.Available || !strings.Contains(st.Problem, "no copy of the trust record") {
 		t.Errorf("both copies damaged: %+v", st)
 	}
