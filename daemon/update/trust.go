@@ -180,11 +180,19 @@ func (m *Manager) loadTrust() string {
 	}
 	if !found {
 		if len(broken) > 0 {
+			m.keys = nil
 			return "no copy of the trust record (security epoch floor, trusted keys) is readable: " + strings.Join(broken, "; ")
 		}
 		m.keys = m.opts.Keys
 		return ""
 	}
+	keys, err := t.keys(m.opts.Keys)
+	if err != nil {
+		// Left as they are for whoever looks: no merge of them is a record.
+		m.trust, m.keys = t, nil
+		return fmt.Sprintf("the trust record's copies disagree on the keys of generation %d and trust none in common: %v", t.generation(), err)
+	}
+	m.trust, m.keys = t, keys
 	var repair []trustCopy
 	var where []string
 	for i, c := range copies {
@@ -196,11 +204,6 @@ func (m *Manager) loadTrust() string {
 		m.opts.Log.Warn("repairing the trust record", "on", where, "securityEpochFloor", t.SecurityEpochFloor, "keyGeneration", t.generation())
 		m.writeTrust(t, repair)
 	}
-	keys, err := t.keys(m.opts.Keys)
-	if err != nil {
-		return fmt.Sprintf("the trust record's copies disagree on the keys of generation %d and trust none in common: %v", t.generation(), err)
-	}
-	m.trust, m.keys = t, keys
 	return ""
 }
 

@@ -281,13 +281,9 @@ func TestTrustCopies(t *testing.T) {
 	g.t = t
 
 	// Both damaged: the floor is unknown, so updates are unavailable (fail closed).
-	for _, f := range []string{data, esp} {
-		if err := os.WriteFile(f, []byte("{"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTestFiles(t, map[string][]byte{data: []byte("{"), esp: []byte("{")})
 	m := g.manager(layout.SlotA, "v1.0.0", healthy)
-	if st := m.Status(); st.Available || !strings.Contains(st.Problem, "no copy of the trust record") {
+	if st := m.Status(); st.Available || !strings.Contains(st.Problem, "no copy of the trust record") || len(st.Trust.Keys) != 0 {
 		t.Errorf("both copies damaged: %+v", st)
 	}
 	if _, err := m.Install(context.Background(), bytes.NewReader(nil), Request{}); !errors.Is(err, ErrUnavailable) {
@@ -295,6 +291,28 @@ func TestTrustCopies(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(esp); string(b) != "{" {
 		t.Errorf("the damaged record was overwritten: %q", b)
+	}
+
+	// Two sets of one generation with no key in common: none is trusted, nothing written.
+	pub3, _, _ := bundle.GenerateKey(rand.Reader)
+	other := bytes.Replace(good, []byte(strings.TrimSuffix(string(k2.Public().Marshal()), "\n")),
+		[]byte(strings.TrimSuffix(string(pub3.Marshal()), "\n")), 1)
+	writeTestFiles(t, map[string][]byte{data: good, esp: other})
+	m = g.manager(layout.SlotA, "v1.0.0", healthy)
+	if st := m.Status(); st.Available || !strings.Contains(st.Problem, "disagree on the keys of generation 1") || len(st.Trust.Keys) != 0 {
+		t.Errorf("disjoint sets: %+v", st)
+	}
+	if b, _ := os.ReadFile(esp); !bytes.Equal(b, other) {
+		t.Errorf("a disagreeing copy was rewritten:\n%s", b)
+	}
+}
+
+func writeTestFiles(t *testing.T, files map[string][]byte) {
+	t.Helper()
+	for f, b := range files {
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
