@@ -7,6 +7,13 @@
 #   make bundle BOARD=qemu-x86_64  out/firmware/<board>/edgegate-<board>-<version>.bundle from
 #                                  what `make firmware BOARD=...` left there, signed with
 #                                  out/keys/firmware.key
+#     EPOCH=n                      its security epoch (default 0): raise it with a security fix;
+#                                  a gateway that committed epoch n never installs a bundle of a
+#                                  lower one, force or not
+#     NEXT_KEYS="a.pub b.pub" KEY_GENERATION=g
+#                                  rotate the signing keys: once this firmware commits, gateways
+#                                  trust exactly these keys (g above every earlier generation;
+#                                  the keys baked into the firmware are generation 0)
 #
 # The bundle's version is $(VERSION), the one `make firmware` stamps into the binary, so it
 # must be a release tag or git describe of one (v0.4.0, v0.4.0-12-gabc1234[-dirty]): with no
@@ -18,6 +25,9 @@
 KEYS_DIR      ?= out/keys
 BUNDLE_DIR     = out/firmware/$(BOARD)
 BUNDLE         = $(BUNDLE_DIR)/edgegate-$(BOARD)-$(VERSION).bundle
+EPOCH         ?= 0
+NEXT_KEYS     ?=
+KEY_GENERATION ?=
 
 .PHONY: keys bundle $(BIN)/egbundle
 
@@ -34,4 +44,5 @@ bundle: $(BIN)/egbundle
 		echo "$(KEYS_DIR)/firmware.key missing: run make keys first" >&2; exit 1; fi
 	$(BIN)/egbundle make -board $(BOARD) -version $(VERSION) \
 		-kernel $(BUNDLE_DIR)/vmlinuz -initramfs $(BUNDLE_DIR)/initramfs.cpio.gz \
-		-key $(KEYS_DIR)/firmware.key -out $(BUNDLE)
+		-key $(KEYS_DIR)/firmware.key -out $(BUNDLE) -security-epoch $(EPOCH) \
+		$(foreach k,$(NEXT_KEYS),-next-key $(k)) $(if $(KEY_GENERATION),-key-generation $(KEY_GENERATION))

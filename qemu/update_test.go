@@ -31,9 +31,11 @@ import (
 // bundles write nothing; a good update commits and survives a power cut right after the
 // commit; a release whose daemon never becomes healthy rolls back by itself after its
 // tries; power cuts while the slot is written, after it is written (staged) and during the
-// trial boot. On qemu-arm64: a good update, and a release that panics at every boot
-// (kernel panic, a boot loop) rolls back by itself. The times from the upload to the
-// commit and to the rollback are logged (-v).
+// trial boot; the good update raises the security epoch and rotates the signing key, after
+// which the retired key and the lower epoch are refused, also by the old slot's firmware
+// after the rollback (antirollback_test.go). On qemu-arm64: a good update, and a release
+// that panics at every boot (kernel panic, a boot loop) rolls back by itself. The times
+// from the upload to the commit and to the rollback are logged (-v).
 func TestUpdate(t *testing.T) {
 	for _, name := range firmwareBoards {
 		t.Run(name, func(t *testing.T) {
@@ -55,7 +57,9 @@ func TestUpdate(t *testing.T) {
 			if name == "qemu-x86_64" {
 				t.Run("refused", u.refused)
 				t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, true) })
+				t.Run("anti-rollback", u.antiRollback)
 				t.Run("never-healthy", func(t *testing.T) { u.rollback(t, "v1.2.0-unhealthy", layout.SlotA, "unhealthy slot=a boot=") })
+				t.Run("anti-rollback-after-fallback", u.antiRollback)
 				t.Run("cut-while-writing", u.cutWhileWriting)
 				t.Run("cut-staged-and-trial", u.cutStagedAndTrial)
 			} else {
@@ -92,6 +96,8 @@ type releases struct {
 	pubFile string
 	loader  image.BootLoader
 	bundles map[string]string // by version
+	// next is the key the x86_64 releases rotate to (rotateKeys).
+	next bundle.PrivateKey
 }
 
 // releaseSpec is one release: its version, the package that becomes /init, and its
@@ -172,6 +178,9 @@ func newUpdateTest(ctx context.Context, t *testing.T, b board.Board) *updateTest
 		specs = append(specs, releaseSpec{"v1.2.0-panics", panicInit, ""})
 	}
 	r := newReleases(ctx, t, b, specs, map[string]string{"good": updateConfig, "unhealthy": unhealthyConfig})
+	if b.Name == "qemu-x86_64" {
+		r.rotateKeys(t)
+	}
 	return r.gateway(t, "gw", nil, "")
 }
 
@@ -196,13 +205,20 @@ func (u *releases) release(t *testing.T, version, init, config string) {
 
 func (u *releases) makeBundle(t *testing.T, version, boardName, kernel, initramfs string, key bundle.PrivateKey) string {
 	t.Helper()
-	file := filepath.Join(u.dir, fmt.Sprintf("%s-%s-%s.bundle", boardName, version, key.ID))
+	return u.makeRelease(t, bundle.Release{Board: boardName, Version: version}, kernel, initramfs, key)
+}
+
+// makeRelease bundles rel (built now) signed with key.
+func (u *releases) makeRelease(t *testing.T, rel bundle.Release, kernel, initramfs string, key bundle.PrivateKey) string {
+	t.Helper()
+	file := filepath.Join(u.dir, fmt.Sprintf("%s-%s-e%d-%s.bundle", rel.Board, rel.Version, rel.SecurityEpoch, key.ID))
 	f, err := os.Create(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := bundle.CreateFiles(f, bundle.Release{Board: boardName, Version: version, BuildTime: time.Now()}, kernel, initramfs, key); err != nil {
+	rel.BuildTime = time.Now()
+	if _, err := bundle.CreateFiles(f, rel, kernel, initramfs, key); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {

@@ -67,7 +67,8 @@ type Options struct {
 	Slot layout.Slot
 	// Board and Version are the running firmware's.
 	Board, Version string
-	// Keys are the trusted signing keys (layout.KeysDir).
+	// Keys are the signing keys baked into the running firmware (layout.KeysDir): trusted
+	// until a committed firmware rotated them (the trust record).
 	Keys []bundle.PublicKey
 	// Tries is the new slot's boot tries; 0 means DefaultTries.
 	Tries int
@@ -89,7 +90,8 @@ type Options struct {
 type Request struct {
 	// Source says who asked, for the history.
 	Source string
-	// Force installs a bundle that is not newer than the running firmware.
+	// Force installs a bundle that is not newer than the running firmware; never one below
+	// the security epoch floor.
 	Force bool
 	// Activate switches to the new slot and reboots once it is written; without it the
 	// update stays staged until Activate.
@@ -102,9 +104,11 @@ type Manager struct {
 
 	mu        sync.Mutex
 	state     State
-	problem   string    // why updates are unavailable; "" when they are
-	trial     *trialRun // set on a trial boot until it ends
-	busy      bool      // Install or Activate running
+	trust     trustRecord        // the security epoch floor and the rotated keys
+	keys      []bundle.PublicKey // the keys trusted now: trust's, else opts.Keys
+	problem   string             // why updates are unavailable; "" when they are
+	trial     *trialRun          // set on a trial boot until it ends
+	busy      bool               // Install or Activate running
 	rebooting bool
 	onChange  func()
 }
@@ -137,19 +141,22 @@ func New(opts Options) *Manager {
 	if opts.Marker == nil {
 		opts.Marker = func(string, ...any) {}
 	}
-	m := &Manager{opts: opts}
+	m := &Manager{opts: opts, trust: trustRecord{Format: trustFormat}, keys: opts.Keys}
 	st, err := loadState(opts.StateDir)
 	if err != nil {
 		opts.Log.Error("update state unreadable; starting a new history", "err", err)
 	}
 	m.state = st
-	switch {
-	case opts.ESP == nil || opts.Slot == "":
+	abDisk := opts.ESP != nil && opts.Slot != ""
+	if abDisk {
+		m.problem = m.loadTrust()
+	} else {
 		m.problem = "the firmware did not boot from an A/B disk image (no " + layout.SlotParam + " on the kernel command line, or no EFI system partition)"
-	case len(opts.Keys) == 0:
+	}
+	if m.problem == "" && len(m.keys) == 0 {
 		m.problem = "the firmware trusts no signing keys (none in " + layout.KeysDir + ")"
 	}
-	if opts.ESP != nil && opts.Slot != "" {
+	if abDisk {
 		if err := m.settle(); err != nil {
 			m.problem = err.Error()
 		}
@@ -201,6 +208,9 @@ func (m *Manager) settle() error {
 		return fmt.Errorf("the running slot %s has no boot entry in %s", slot, layout.EntriesDir)
 	}
 	otherEntry, otherOK := entryFor(entries, other)
+	if own.entry.Tries == nil {
+		m.raiseTrust()
+	}
 	p := m.state.Pending
 	switch {
 	case own.entry.Tries != nil:
@@ -320,7 +330,10 @@ func (m *Manager) Install(ctx context.Context, r io.Reader, req Request) (Attemp
 	a := &Attempt{ID: attemptID(now), Source: req.Source, Phase: PhaseReceiving, Started: now,
 		From: Firmware{Slot: m.opts.Slot, Version: m.opts.Version}, To: Firmware{Slot: other}}
 	src := &progressReader{ctx: ctx, r: r, m: m, a: a}
-	br, err := bundle.Open(src, bundle.Policy{Board: m.opts.Board, Keys: m.opts.Keys, Running: m.opts.Version, Force: req.Force})
+	m.mu.Lock()
+	policy := bundle.Policy{Board: m.opts.Board, Keys: m.keys, Running: m.opts.Version, Force: req.Force, MinEpoch: m.trust.SecurityEpochFloor}
+	m.mu.Unlock()
+	br, err := bundle.Open(src, policy)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrRefused, err)
 		m.mu.Lock()
@@ -338,7 +351,7 @@ func (m *Manager) Install(ctx context.Context, r io.Reader, req Request) (Attemp
 	sum := sha256.Sum256(br.RawManifest())
 	m.mu.Lock()
 	a.To.Version, a.Bundle = man.Version, hex.EncodeToString(sum[:])
-	a.event(m.opts.Now(), "bundle %s for %s verified (key %s); writing slot %s", man.Version, man.Board, man.KeyID, other)
+	a.event(m.opts.Now(), "bundle %s for %s verified (key %s, security epoch %d); writing slot %s", man.Version, man.Board, man.KeyID, man.SecurityEpoch, other)
 	if p := m.state.Pending; p != nil {
 		m.state.end(m.opts.Now(), PhaseCancelled, "superseded by update "+a.ID)
 	}
@@ -402,6 +415,7 @@ func (m *Manager) activateReserved() (Attempt, error) {
 		m.mu.Unlock()
 		return Attempt{}, ErrNothingStaged
 	}
+	keys, floor := m.keys, m.trust.SecurityEpochFloor
 	m.mu.Unlock()
 	root := m.opts.ESP.Root()
 	slot, other := m.opts.Slot, m.opts.Slot.Other()
@@ -413,7 +427,10 @@ func (m *Manager) activateReserved() (Attempt, error) {
 		m.opts.Marker("EDGEGATE-UPDATE failed slot=%s", other)
 		return m.state.History[0], err
 	}
-	man, err := verifySlot(root, other, m.opts.Keys)
+	man, err := verifySlot(root, other, keys)
+	if err == nil {
+		err = bundle.CheckEpoch(man, floor)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("slot %s no longer verifies: %w", other, err))
 	}

@@ -72,18 +72,24 @@ func (g *gateway) writeFactorySlot(version string) {
 // bundle makes a signed bundle; tamper, when set, edits the archive's bytes.
 func (g *gateway) bundle(board, version string, tamper func([]byte)) []byte {
 	g.t.Helper()
-	kernel := bytes.Repeat([]byte("kernel "+version+" "), 20000)
-	initramfs := bytes.Repeat([]byte("initramfs "+version+" "), 30000)
-	var b bytes.Buffer
-	if _, err := bundle.Create(&b, bundle.Release{Board: board, Version: version, BuildTime: g.clock},
-		bytes.NewReader(kernel), bytes.NewReader(initramfs), g.key); err != nil {
-		g.t.Fatal(err)
-	}
-	out := b.Bytes()
+	out := g.release(bundle.Release{Board: board, Version: version}, g.key)
 	if tamper != nil {
 		tamper(out)
 	}
 	return out
+}
+
+// release makes a bundle of rel (its build time is the gateway's clock) signed with key.
+func (g *gateway) release(rel bundle.Release, key bundle.PrivateKey) []byte {
+	g.t.Helper()
+	kernel := bytes.Repeat([]byte("kernel "+rel.Version+" "), 20000)
+	initramfs := bytes.Repeat([]byte("initramfs "+rel.Version+" "), 30000)
+	rel.BuildTime = g.clock
+	var b bytes.Buffer
+	if _, err := bundle.Create(&b, rel, bytes.NewReader(kernel), bytes.NewReader(initramfs), key); err != nil {
+		g.t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 // boot is systemd-boot: it picks the first entry in layout.Order and, when the entry

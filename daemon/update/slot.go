@@ -128,15 +128,7 @@ func checkFile(file string, want bundle.Part, fromDisk bool) error {
 // verifySlot checks a slot's stored manifest against the keys and its files against the
 // manifest.
 func verifySlot(root string, slot layout.Slot, keys []bundle.PublicKey) (bundle.Manifest, error) {
-	raw, err := os.ReadFile(filepath.Join(root, slot.File(layout.ManifestFile)))
-	if err != nil {
-		return bundle.Manifest{}, err
-	}
-	sig, err := os.ReadFile(filepath.Join(root, slot.File(layout.SignatureFile)))
-	if err != nil {
-		return bundle.Manifest{}, err
-	}
-	man, err := bundle.VerifyManifest(raw, sig, keys)
+	man, err := readSlotManifest(root, slot, keys)
 	if err != nil {
 		return bundle.Manifest{}, err
 	}

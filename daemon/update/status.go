@@ -19,6 +19,8 @@ type Status struct {
 	Slot    layout.Slot `json:"slot,omitempty"`
 	// Slots describe both slots as the boot loader sees them, the one that boots next first.
 	Slots []SlotStatus `json:"slots"`
+	// Trust is the security epoch floor and the trusted keys.
+	Trust TrustStatus `json:"trust"`
 	// Trial is set while this boot is the new firmware's trial.
 	Trial *Trial `json:"trial,omitempty"`
 	// Rebooting says a switch or a failed trial is about to reboot the gateway.
@@ -27,6 +29,16 @@ type Status struct {
 	History   []Attempt `json:"history"`
 	// Problems are boot entries that were ignored, by file.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// TrustStatus is what this gateway trusts: the trust record that committed firmware raised.
+type TrustStatus struct {
+	// SecurityEpochFloor is the lowest security epoch a bundle may carry.
+	SecurityEpochFloor uint64 `json:"securityEpochFloor"`
+	// KeyGeneration is the generation of Keys: 0 for the firmware's baked-in keys.
+	KeyGeneration uint64 `json:"keyGeneration"`
+	// Keys are the IDs of the trusted signing keys.
+	Keys []string `json:"keys"`
 }
 
 // SlotStatus is one slot.
@@ -57,7 +69,7 @@ type Trial struct {
 func (m *Manager) Status() Status {
 	m.mu.Lock()
 	s := Status{Available: m.problem == "", Problem: m.problem, Board: m.opts.Board, Version: m.opts.Version,
-		Slot: m.opts.Slot, Rebooting: m.rebooting, History: slices.Clone(m.state.History)}
+		Slot: m.opts.Slot, Rebooting: m.rebooting, History: slices.Clone(m.state.History), Trust: m.trustStatus()}
 	if p := m.state.Pending; p != nil {
 		c := *p
 		c.Events = slices.Clone(p.Events)

@@ -63,6 +63,9 @@ func (m *Manager) commit(now time.Time) {
 		m.giveUp(now, fmt.Errorf("committing failed: %w", err))
 		return
 	}
+	// Only now, committed, does this firmware's epoch become the floor and its next keys
+	// the trusted ones: a trial that fails leaves the record as it was.
+	m.raiseTrust()
 	if p := m.state.Pending; p != nil {
 		p.event(now, "healthy %s after the trial boot started", now.Sub(t.started).Round(time.Millisecond))
 	}

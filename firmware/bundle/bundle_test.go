@@ -544,9 +544,9 @@ func TestCreateRefuses(t *testing.T) {
 		want              error
 		msg               string
 	}{
-		{"bad version", Release{"qemu-x86_64", "dev", testTime}, testKernel, testInitramfs, key, ErrMalformed, `"dev"`},
-		{"bad board", Release{"Qemu x86", "v1.0.0", testTime}, testKernel, testInitramfs, key, ErrMalformed, `board: "Qemu x86"`},
-		{"no build time", Release{"qemu-x86_64", "v1.0.0", time.Time{}}, testKernel, testInitramfs, key, ErrMalformed, "buildTime"},
+		{"bad version", Release{Board: "qemu-x86_64", Version: "dev", BuildTime: testTime}, testKernel, testInitramfs, key, ErrMalformed, `"dev"`},
+		{"bad board", Release{Board: "Qemu x86", Version: "v1.0.0", BuildTime: testTime}, testKernel, testInitramfs, key, ErrMalformed, `board: "Qemu x86"`},
+		{"no build time", Release{Board: "qemu-x86_64", Version: "v1.0.0", BuildTime: time.Time{}}, testKernel, testInitramfs, key, ErrMalformed, "buildTime"},
 		{"empty kernel", testRelease(), nil, testInitramfs, key, ErrMalformed, "kernel: size 0"},
 		{"empty initramfs", testRelease(), testKernel, nil, key, ErrMalformed, "initramfs: size 0"},
 		{"key ID mismatch", testRelease(), testKernel, testInitramfs, PrivateKey{ID: testKey(2).ID, Key: key.Key}, ErrBadKey, testKey(2).ID},

@@ -3,7 +3,8 @@
 // A bundle is an uncompressed tar archive with exactly four regular files in this order:
 //
 //	manifest.json  what the bundle holds (board, version, build time, key ID, size and
-//	               sha256 of each part), at most MaxManifestSize bytes
+//	               sha256 of each part, and optionally its security epoch and the next set
+//	               of trusted keys), at most MaxManifestSize bytes
 //	manifest.sig   the ed25519 signature of the exact manifest.json bytes
 //	kernel         the kernel image
 //	initramfs      the initramfs (gzip already, hence no compression around the archive)
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -33,6 +35,9 @@ var (
 	ErrWrongBoard   = errors.New("wrong board")
 	ErrNotNewer     = errors.New("not newer than the running firmware")
 	ErrBadDigest    = errors.New("part does not match the manifest")
+	// ErrBelowFloor is a bundle whose security epoch is below the gateway's floor; Force
+	// does not override it.
+	ErrBelowFloor = errors.New("security epoch below the floor")
 	// ErrBadKey is a key file that does not parse or does not match its key ID.
 	ErrBadKey = errors.New("bad key file")
 )
@@ -45,6 +50,9 @@ const (
 	MaxPartSize = 256 << 20
 	// MaxManifestSize bounds manifest.json, which is read into memory before it is verified.
 	MaxManifestSize = 4 << 10
+	// MaxNextKeys bounds a manifest's next key set: a few keys (one in use, some held in
+	// reserve) is what a rotation needs, and the manifest must stay under MaxManifestSize.
+	MaxNextKeys = 8
 )
 
 // The archive entries, in the only order accepted.
@@ -62,8 +70,59 @@ type Manifest struct {
 	Version   string    `json:"version"`
 	BuildTime time.Time `json:"buildTime"`
 	KeyID     string    `json:"keyID"`
-	Kernel    Part      `json:"kernel"`
-	Initramfs Part      `json:"initramfs"`
+	// SecurityEpoch orders bundles by their security fixes: a gateway never installs a
+	// bundle whose epoch is below the highest one it has committed, not even with Force.
+	// Absent is 0, which is what every bundle made before epochs existed carries; omitted
+	// when 0 so that such a bundle's manifest stays readable by firmware that knows no epochs.
+	SecurityEpoch uint64 `json:"securityEpoch,omitempty"`
+	Kernel        Part   `json:"kernel"`
+	Initramfs     Part   `json:"initramfs"`
+	// NextKeys, when set, replaces the gateway's trusted keys once this firmware commits:
+	// signed by a key trusted now, it retires the keys it does not list.
+	NextKeys *KeySet `json:"nextKeys,omitempty"`
+}
+
+// KeySet is a generation of trusted signing keys. Generations only go up: a gateway adopts
+// a set only when its generation is above the one it holds, so that an older bundle that
+// carried an older set cannot bring retired keys back.
+type KeySet struct {
+	// Generation numbers the set across the fleet; the keys baked into the firmware are
+	// generation 0, so a set in a manifest is 1 or more.
+	Generation uint64 `json:"generation"`
+	// Keys are public key lines as in a .pub file, without the newline.
+	Keys []string `json:"keys"`
+}
+
+// NewKeySet is the set of keys with generation gen, as a manifest carries it.
+func NewKeySet(gen uint64, keys []PublicKey) *KeySet {
+	s := &KeySet{Generation: gen}
+	for _, k := range keys {
+		s.Keys = append(s.Keys, strings.TrimSuffix(string(k.Marshal()), "\n"))
+	}
+	return s
+}
+
+// PublicKeys parses the set's keys; errors name the field (the key by its index) and wrap
+// ErrMalformed.
+func (s KeySet) PublicKeys() ([]PublicKey, error) {
+	if s.Generation == 0 {
+		return nil, fmt.Errorf("generation: 0 is the firmware's own keys, a set is 1 or more: %w", ErrMalformed)
+	}
+	if len(s.Keys) == 0 || len(s.Keys) > MaxNextKeys {
+		return nil, fmt.Errorf("keys: %d keys, want 1..%d: %w", len(s.Keys), MaxNextKeys, ErrMalformed)
+	}
+	keys := make([]PublicKey, 0, len(s.Keys))
+	for i, line := range s.Keys {
+		k, err := ParsePublicKey([]byte(line))
+		if err != nil {
+			return nil, fmt.Errorf("keys[%d]: %w: %w", i, err, ErrMalformed)
+		}
+		if _, dup := findKey(keys, k.ID); dup {
+			return nil, fmt.Errorf("keys[%d]: key %s listed twice: %w", i, k.ID, ErrMalformed)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 // Part is the size and lowercase hex sha256 of the kernel or the initramfs.
@@ -122,6 +181,11 @@ func (m Manifest) validate() error {
 		}
 		if !hexDigest.MatchString(p.part.SHA256) {
 			return bad(p.name+".sha256", "%q is not 64 lowercase hex digits", p.part.SHA256)
+		}
+	}
+	if m.NextKeys != nil {
+		if _, err := m.NextKeys.PublicKeys(); err != nil {
+			return fmt.Errorf("%s: nextKeys.%w", EntryManifest, err)
 		}
 	}
 	return nil

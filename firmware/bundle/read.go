@@ -22,8 +22,11 @@ type Policy struct {
 	Running string
 	// Force accepts a bundle that is not newer (a downgrade, a reinstall, or a running
 	// version that does not parse, such as a development build's "dev"). It does not
-	// override the board, the key, the signature or the digests.
+	// override the board, the key, the signature, the digests or MinEpoch.
 	Force bool
+	// MinEpoch is the gateway's security epoch floor: a bundle with a lower SecurityEpoch
+	// is ErrBelowFloor, whatever Force says.
+	MinEpoch uint64
 }
 
 // maxTrailer is how much may follow the end-of-archive marker: zero padding up to one
@@ -45,8 +48,8 @@ type Reader struct {
 }
 
 // Open reads the manifest and signature from r and checks them against p: the key must be
-// trusted, the signature good, the manifest well-formed, the board p.Board and the version
-// newer than p.Running unless p.Force. Nothing of the parts has been read when it returns.
+// trusted, the signature good, the manifest well-formed, the board p.Board, the security
+// epoch at least p.MinEpoch and the version newer than p.Running unless p.Force. Nothing of the parts has been read when it returns.
 func Open(r io.Reader, p Policy) (*Reader, error) {
 	if !boardName.MatchString(p.Board) {
 		return nil, fmt.Errorf("policy: board %q is not a board name", p.Board)
@@ -70,6 +73,9 @@ func Open(r io.Reader, p Policy) (*Reader, error) {
 	}
 	if m.Board != p.Board {
 		return nil, fmt.Errorf("bundle is for board %s, this gateway is %s: %w", m.Board, p.Board, ErrWrongBoard)
+	}
+	if err := CheckEpoch(m, p.MinEpoch); err != nil {
+		return nil, err
 	}
 	if !p.Force {
 		if err := checkNewer(m.Version, p.Running); err != nil {
@@ -102,6 +108,15 @@ func VerifyManifest(raw, sig []byte, keys []PublicKey) (Manifest, error) {
 		return Manifest{}, err
 	}
 	return m, nil
+}
+
+// CheckEpoch refuses a manifest whose security epoch is below floor, naming both.
+func CheckEpoch(m Manifest, floor uint64) error {
+	if m.SecurityEpoch < floor {
+		return fmt.Errorf("bundle %s has security epoch %d, below this gateway's floor %d (the highest epoch it committed); force does not override it: %w",
+			m.Version, m.SecurityEpoch, floor, ErrBelowFloor)
+	}
+	return nil
 }
 
 func checkNewer(bundle, running string) error {

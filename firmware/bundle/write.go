@@ -15,6 +15,10 @@ type Release struct {
 	Board     string
 	Version   string
 	BuildTime time.Time
+	// SecurityEpoch is the manifest's; raise it with a fix that older bundles must not undo.
+	SecurityEpoch uint64
+	// NextKeys, when set, become the gateways' trusted keys once this firmware commits.
+	NextKeys *KeySet
 }
 
 // Create writes a bundle of kernel and initramfs signed with key to w and returns its
@@ -28,6 +32,9 @@ func Create(w io.Writer, rel Release, kernel, initramfs io.ReadSeeker, key Priva
 		Version:   rel.Version,
 		BuildTime: rel.BuildTime.UTC().Truncate(time.Second),
 		KeyID:     key.ID,
+		// Signed with the rest: neither can be changed without the signing key.
+		SecurityEpoch: rel.SecurityEpoch,
+		NextKeys:      rel.NextKeys,
 	}
 	if len(key.Key) != ed25519.PrivateKeySize || KeyID(key.Public().Key) != key.ID {
 		return Manifest{}, fmt.Errorf("signing key %q: %w", key.ID, ErrBadKey)

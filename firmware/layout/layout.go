@@ -63,11 +63,16 @@ const (
 	InitramfsFile = "initramfs.cpio.gz"
 	ManifestFile  = "manifest.json"
 	SignatureFile = "manifest.sig"
+	// TrustPath is the gateway's trust record (security epoch floor, trusted key set),
+	// beside the slots and in neither, so that whichever slot boots reads it; the updater
+	// keeps a second copy on the data partition.
+	TrustPath = SlotsDir + "/trust.json"
 )
 
 // KeysDir is where the firmware's initramfs holds the public keys it trusts for updates
-// (one <key ID>.pub file each, firmware/bundle's format): baked in at build time, so a
-// bundle is accepted only when signed with a key the running firmware was built with.
+// (one <key ID>.pub file each, firmware/bundle's format): baked in at build time. They are
+// the starting set: once a committed firmware rotated the keys, the trust record's set
+// replaces them.
 const KeysDir = "/etc/edgegate/update-keys"
 
 // SortKey is every slot entry's sort-key: it makes systemd-boot order the entries by

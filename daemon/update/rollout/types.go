@@ -97,7 +97,9 @@ type Spec struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	// MaxUnavailable is how many gateways may update at once; 0 means 1.
 	MaxUnavailable int `json:"maxUnavailable,omitempty"`
-	// Force installs a bundle that is not newer than the running firmware (a downgrade).
+	// Force installs a bundle that is not newer than the running firmware (a downgrade),
+	// never one below the gateway's security epoch floor: that gateway fails, with the
+	// updater's reason, and halts the rollout.
 	Force bool `json:"force,omitempty"`
 }
 

@@ -3,7 +3,8 @@
 //
 //	egbundle keys -dir DIR
 //	egbundle make -board B -version V -kernel FILE -initramfs FILE -key FILE -out FILE
-//	egbundle verify -board B -pub FILE [-pub FILE...] [-running V] [-force] BUNDLE
+//	        [-security-epoch N] [-next-key FILE... -key-generation N]
+//	egbundle verify -board B -pub FILE [-pub FILE...] [-running V] [-force] [-min-epoch N] BUNDLE
 //
 // Exit status: 0 done (verify: the bundle is good), 1 failed or refused, 2 usage.
 package main
@@ -30,7 +31,8 @@ func main() {
 const usage = `usage:
   egbundle keys -dir DIR
   egbundle make -board B -version V -kernel FILE -initramfs FILE -key FILE -out FILE [-build-time RFC3339]
-  egbundle verify -board B -pub FILE [-pub FILE...] [-running V] [-force] BUNDLE
+          [-security-epoch N] [-next-key FILE... -key-generation N]
+  egbundle verify -board B -pub FILE [-pub FILE...] [-running V] [-force] [-min-epoch N] BUNDLE
 `
 
 // errUsage is a command line that does not parse; the flag package has said why.
@@ -152,11 +154,19 @@ func makeBundle(args []string, stdout, stderr io.Writer) error {
 	keyPath := fs.String("key", "", "private key file")
 	out := fs.String("out", "", "bundle to write")
 	buildTime := fs.String("build-time", "", "build time, RFC3339 (default: $SOURCE_DATE_EPOCH, else now)")
+	epoch := fs.Uint64("security-epoch", 0, "security epoch: gateways that committed a higher one refuse the bundle, even forced")
+	var nextKeys pubFlags
+	fs.Var(&nextKeys, "next-key", "public key file of the next trusted key set (repeatable); gateways trust exactly these once the firmware commits")
+	keyGen := fs.Uint64("key-generation", 0, "generation of the -next-key set, above every earlier one (the firmware's own keys are 0)")
 	if err := parse(fs, args, "board", "version", "kernel", "initramfs", "key", "out"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "egbundle make: unexpected arguments %q\n", fs.Args())
+		return errUsage
+	}
+	if (len(nextKeys) > 0) != (*keyGen > 0) {
+		fmt.Fprintln(stderr, "egbundle make: -next-key and -key-generation go together")
 		return errUsage
 	}
 	if _, err := bundle.ParseVersion(*version); err != nil {
@@ -170,6 +180,14 @@ func makeBundle(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rel := bundle.Release{Board: *board, Version: *version, BuildTime: built, SecurityEpoch: *epoch}
+	if len(nextKeys) > 0 {
+		keys, err := readPublicKeys(nextKeys)
+		if err != nil {
+			return fmt.Errorf("-next-key: %w", err)
+		}
+		rel.NextKeys = bundle.NewKeySet(*keyGen, keys)
+	}
 	// Written beside the target and renamed, so a failed make never leaves a partial bundle
 	// under the bundle's name.
 	tmp, err := os.CreateTemp(filepath.Dir(*out), filepath.Base(*out)+".tmp*")
@@ -177,7 +195,7 @@ func makeBundle(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	m, err := bundle.CreateFiles(tmp, bundle.Release{Board: *board, Version: *version, BuildTime: built}, *kernel, *initramfs, key)
+	m, err := bundle.CreateFiles(tmp, rel, *kernel, *initramfs, key)
 	if err != nil {
 		tmp.Close()
 		return err
@@ -227,6 +245,7 @@ func verify(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&pubs, "pub", "trusted public key file (repeatable)")
 	running := fs.String("running", "", "running firmware version; the bundle must be newer")
 	force := fs.Bool("force", false, "accept a bundle that is not newer than -running")
+	minEpoch := fs.Uint64("min-epoch", 0, "the gateway's security epoch floor; a bundle below it is refused, -force or not")
 	if err := parse(fs, args, "board", "pub"); err != nil {
 		return err
 	}
@@ -238,13 +257,10 @@ func verify(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "egbundle verify: -running V or -force is required")
 		return errUsage
 	}
-	policy := bundle.Policy{Board: *board, Running: *running, Force: *force}
-	for _, path := range pubs {
-		k, err := bundle.ReadPublicKeyFile(path)
-		if err != nil {
-			return err
-		}
-		policy.Keys = append(policy.Keys, k)
+	policy := bundle.Policy{Board: *board, Running: *running, Force: *force, MinEpoch: *minEpoch}
+	var err error
+	if policy.Keys, err = readPublicKeys(pubs); err != nil {
+		return err
 	}
 	path := fs.Arg(0)
 	f, err := os.Open(path)
@@ -268,11 +284,33 @@ func verify(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+func readPublicKeys(paths []string) ([]bundle.PublicKey, error) {
+	var keys []bundle.PublicKey
+	for _, path := range paths {
+		k, err := bundle.ReadPublicKeyFile(path)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
 func printManifest(w io.Writer, m bundle.Manifest) {
 	fmt.Fprintf(w, "  board      %s\n", m.Board)
 	fmt.Fprintf(w, "  version    %s\n", m.Version)
 	fmt.Fprintf(w, "  buildTime  %s\n", m.BuildTime.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "  keyID      %s\n", m.KeyID)
+	fmt.Fprintf(w, "  epoch      %d\n", m.SecurityEpoch)
 	fmt.Fprintf(w, "  kernel     %d bytes, sha256 %s\n", m.Kernel.Size, m.Kernel.SHA256)
 	fmt.Fprintf(w, "  initramfs  %d bytes, sha256 %s\n", m.Initramfs.Size, m.Initramfs.SHA256)
+	if m.NextKeys != nil {
+		// Create and Open validated the set; its keys parse.
+		keys, _ := m.NextKeys.PublicKeys()
+		ids := make([]string, len(keys))
+		for i, k := range keys {
+			ids[i] = k.ID
+		}
+		fmt.Fprintf(w, "  nextKeys   generation %d: %s\n", m.NextKeys.Generation, strings.Join(ids, ", "))
+	}
 }

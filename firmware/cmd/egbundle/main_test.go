@@ -161,3 +161,35 @@ func TestResolveBuildTime(t *testing.T) {
 		t.Errorf("bad SOURCE_DATE_EPOCH: %v", err)
 	}
 }
+
+// TestEpochAndNextKeys: make signs an epoch and a next key set, verify prints them and
+// refuses the bundle below -min-epoch even with -force.
+func TestEpochAndNextKeys(t *testing.T) {
+	dir := t.TempDir()
+	keys, next := filepath.Join(dir, "keys"), filepath.Join(dir, "next")
+	egbundle(t, "keys", "-dir", keys)
+	egbundle(t, "keys", "-dir", next)
+	kernel := filepath.Join(dir, "vmlinuz")
+	os.WriteFile(kernel, bytes.Repeat([]byte("k"), 700), 0o644)
+	out := filepath.Join(dir, "e.bundle")
+	pubPath, nextPub := filepath.Join(keys, "firmware.pub"), filepath.Join(next, "firmware.pub")
+	base := []string{"make", "-board", "qemu-x86_64", "-version", "v1.0.0", "-kernel", kernel, "-initramfs", kernel,
+		"-key", filepath.Join(keys, "firmware.key"), "-out", out, "-security-epoch", "3"}
+	if code, _, errOut := egbundle(t, append(base, "-next-key", nextPub)...); code != 2 || !strings.Contains(errOut, "go together") {
+		t.Errorf("make -next-key without -key-generation: %d %q", code, errOut)
+	}
+	code, stdout, errOut := egbundle(t, append(base, "-next-key", nextPub, "-key-generation", "1")...)
+	nextData, _ := os.ReadFile(nextPub)
+	nextID := strings.Fields(string(nextData))[1]
+	if code != 0 || !strings.Contains(stdout, "epoch      3\n") || !strings.Contains(stdout, "nextKeys   generation 1: "+nextID) {
+		t.Fatalf("make: %d %q %q", code, stdout, errOut)
+	}
+	verify := []string{"verify", "-board", "qemu-x86_64", "-pub", pubPath, "-force"}
+	if code, stdout, errOut := egbundle(t, append(verify, "-min-epoch", "3", out)...); code != 0 || !strings.Contains(stdout, "epoch      3\n") {
+		t.Errorf("verify at floor 3: %d %q %q", code, stdout, errOut)
+	}
+	if code, _, errOut := egbundle(t, append(verify, "-min-epoch", "4", out)...); code != 1 ||
+		!strings.Contains(errOut, "security epoch 3, below this gateway's floor 4") {
+		t.Errorf("verify at floor 4: %d %q", code, errOut)
+	}
+}
