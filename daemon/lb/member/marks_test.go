@@ -51,7 +51,7 @@ func TestMarksAcrossTheReceiversRestart(t *testing.T) {
 	admit(t, m, Heartbeat{Name: "gw-b", Incarnation: 5, Seq: 10}, "")
 	admit(t, m, Heartbeat{Name: "gw-c", Incarnation: 7, Seq: 1}, "")
 
-	m = openMarks(t, file, t0) // restarted
+	m = openMarks(t, file, t0)                                                 // restarted
 	admit(t, m, Heartbeat{Name: "gw-b", Incarnation: 5, Seq: 10}, RejectStale) // a replay
 	admit(t, m, Heartbeat{Name: "gw-b", Incarnation: 5, Seq: 11}, RejectStale) // gw-b's next, or a replay of it: the same to us
 	if got := m.Renewing(); len(got) != 1 || got["gw-b"] != 5 {
