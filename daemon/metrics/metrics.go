@@ -47,6 +47,7 @@ type Metrics struct {
 	noLocalEndpoints    *prometheus.GaugeVec
 	conntrackDeleted    prometheus.Counter
 	manifestProblems    prometheus.Gauge
+	heartbeatsRejected  *prometheus.CounterVec
 }
 
 // syncBuckets are kube-proxy's sync latency buckets: 1ms doubling up to about 16s.
@@ -139,6 +140,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "manifests_problems",
 			Help: "Number of manifest files or objects that could not be used in the last load",
 		}),
+		heartbeatsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "lb_heartbeats_rejected_total",
+			Help: "LoadBalancer heartbeats refused, by reason: unsigned, bad-mac, malformed, replayed, stale",
+		}, []string{"reason"}),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
 	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
@@ -152,7 +157,7 @@ func New() *Metrics {
 		m.lastSynced, m.lastQueued,
 		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
 		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
-		m.conntrackDeleted, m.manifestProblems,
+		m.conntrackDeleted, m.manifestProblems, m.heartbeatsRejected,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -217,6 +222,12 @@ func (m *Metrics) SetNoLocalEndpoints(policy string, n int) {
 
 // SetManifestProblems sets the number of bad manifest files or objects in the last load.
 func (m *Metrics) SetManifestProblems(n int) { m.manifestProblems.Set(float64(n)) }
+
+// HeartbeatsRejected counts n LoadBalancer heartbeats refused for reason (n = 0 makes the
+// series appear at zero).
+func (m *Metrics) HeartbeatsRejected(reason string, n int) {
+	m.heartbeatsRejected.WithLabelValues(reason).Add(float64(max(n, 0)))
+}
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
