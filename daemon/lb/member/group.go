@@ -307,7 +307,7 @@ func (g *Group) next() (b []byte, unannounced bool) {
 		hb.Confirms = true
 		hb.Applied, hb.Unheard = g.view.Confirm(g.applied, now, g.cfg.Leases)
 	}
-	return encode(hb, g.key), unannounced
+	return Encode(hb, g.key), unannounced
 }
 
 func (g *Group) receive() {
@@ -322,8 +322,8 @@ func (g *Group) receive() {
 			}
 			continue
 		}
-		changed, renewed := g.heard(buf[:n], from)
-		if renewed {
+		changed, wake := g.heard(buf[:n], from)
+		if wake {
 			g.wakeSend()
 		}
 		if changed {
@@ -333,9 +333,10 @@ func (g *Group) receive() {
 }
 
 // heard takes in one datagram from a peer: refused unless it is a heartbeat signed with a
-// key of the site's and fresh (Marks). changed: what Members can return changed; renewed:
-// this gateway started a new incarnation, as the sender asked (Heartbeat.Renew).
-func (g *Group) heard(b []byte, from netip.AddrPort) (changed, renewed bool) {
+// key of the site's and fresh (Marks). changed: what Members can return changed; wake: a
+// heartbeat should go now, because this gateway started a new incarnation as the sender
+// asked (Heartbeat.Renew), or asks the sender for one.
+func (g *Group) heard(b []byte, from netip.AddrPort) (changed, wake bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.cfg.Now()
@@ -344,10 +345,15 @@ func (g *Group) heard(b []byte, from netip.AddrPort) (changed, renewed bool) {
 		return false, false // its own, looped back
 	}
 	if reject == "" {
+		asked := g.marks.Renewing()[hb.Name]
 		var err error
 		if reject, err = g.marks.Admit(hb); err != nil {
 			g.cfg.Log.Error("heartbeats: the replay protection's marks cannot be written; after a restart replays of this peer may be taken", "peer", hb.Name, "err", err)
 		}
+		renewing := g.marks.Renewing()
+		// At most once per incarnation of a peer: replays cannot make it send more.
+		wake = renewing[hb.Name] != asked
+		g.view.AwaitRenewal(len(renewing) > 0, now)
 	}
 	if reject != "" {
 		g.bad++
@@ -355,18 +361,18 @@ func (g *Group) heard(b []byte, from netip.AddrPort) (changed, renewed bool) {
 			g.cfg.Rejected(reject)
 		}
 		g.refused.refuse(from, hb.Name, reject, now)
-		return false, false
+		return false, wake
 	}
 	if inc := g.marks.Incarnation(); hb.Renew[g.cfg.Name] == inc {
 		if inc, err := g.marks.Renew(now); err != nil {
 			g.cfg.Log.Error("heartbeats: cannot start a new incarnation a peer asks for; it refuses this gateway until then", "peer", hb.Name, "err", err)
 		} else {
-			renewed = true
+			wake = true
 			g.view.Renewed(inc)
 			g.cfg.Log.Info("heartbeats: new incarnation, the peer restarted and refuses the old one", "peer", hb.Name, "from", from.Addr())
 		}
 	}
-	return g.view.Heard(hb, now), renewed
+	return g.view.Heard(hb, now), wake
 }
 
 // checkLinks follows the carrier of the heartbeat interfaces: with every one down this

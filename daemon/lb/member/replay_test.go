@@ -76,8 +76,8 @@ func TestHeardRefusesForgedReplayedStale(t *testing.T) {
 	b.wantRejected(t, map[string]int{})
 
 	forged := Heartbeat{Name: "gw-evil", Incarnation: 1 << 62, Seq: 1}
-	b.hear(encode(forged, nil), "10.0.0.66")
-	b.hear(encode(forged, []byte("not the site's key at all")), "10.0.0.66")
+	b.hear(Encode(forged, nil), "10.0.0.66")
+	b.hear(Encode(forged, []byte("not the site's key at all")), "10.0.0.66")
 	b.hear(append(append([]byte("{}"), '\n'), fmt.Sprintf("%x", sign([]byte("{}"), siteKey))...), "10.0.0.66")
 	b.hear(first, "10.0.0.66")
 	b.hear(second, "10.0.0.66")
@@ -125,12 +125,19 @@ func TestReceiverRestartAsksForANewIncarnation(t *testing.T) {
 	b.hear(captured, "10.0.0.66")
 	b.hear(a.next(), "10.0.0.1")
 	b.wantRejected(t, map[string]int{RejectStale: 2})
+	// Until gw-a renews, gw-b listens on past its Timeout: gw-a is not gone, only unheard.
+	if later := now.Add(DefaultTimeout + ms(100)); !b.g.view.Listening(later) {
+		t.Errorf("gw-b stops listening %v after its start with gw-a not renewed", later.Sub(now))
+	}
 	inc := a.g.marks.Incarnation()
 	a.hear(b.next(), "10.0.0.2")
 	if a.g.marks.Incarnation() <= inc {
 		t.Fatalf("gw-a kept incarnation %d after gw-b asked for a new one", inc)
 	}
 	b.hear(a.next(), "10.0.0.1")
+	if later := now.Add(DefaultTimeout + ms(100)); b.g.view.Listening(later) {
+		t.Errorf("gw-b still listens %v after its start with gw-a renewed", later.Sub(now))
+	}
 	b.hear(captured, "10.0.0.66")
 	b.wantRejected(t, map[string]int{RejectStale: 3})
 	if got := b.peers(); fmt.Sprint(got) != "[gw-a]" {

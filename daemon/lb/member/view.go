@@ -91,6 +91,7 @@ type View struct {
 	Handover time.Duration
 
 	started  time.Time
+	extended bool // Listening lasts longer: see AwaitRenewal
 	isolated bool // every heartbeat interface is down
 	draining bool
 	// ready is the heartbeat that told the peers this gateway is ready, sent at readyAt;
@@ -177,8 +178,26 @@ func (v *View) SetIsolated(isolated bool) { v.isolated = isolated }
 // peers that served its addresses meanwhile keep them until it is ready.
 func (v *View) Relisten(now time.Time) { v.started = now }
 
+// renewalListen is how many Timeouts a gateway listens at most while a peer it refuses
+// has not started a new incarnation yet (see AwaitRenewal): a restarted gateway hears
+// its peers anew before it claims, and a replay of a dead peer's heartbeats (also
+// refused) delays its claims by no more than this.
+const renewalListen = 3
+
 // Listening reports whether this gateway still listens for its peers at now.
-func (v *View) Listening(now time.Time) bool { return now.Sub(v.started) < v.Timeout }
+func (v *View) Listening(now time.Time) bool {
+	d := now.Sub(v.started)
+	return d < v.Timeout || v.extended && d < renewalListen*v.Timeout
+}
+
+// AwaitRenewal says whether a peer this gateway refuses (an incarnation from before its
+// restart, see Marks) was asked for a new one and has not started it yet. Said while this
+// gateway listens, it listens until the peer has, or for renewalListen Timeouts: a peer it
+// does not hear yet must not be taken for gone. Said later, it changes nothing (this
+// gateway claims already; the peer is heard again within a heartbeat).
+func (v *View) AwaitRenewal(awaiting bool, now time.Time) {
+	v.extended = awaiting && (v.extended || v.Listening(now))
+}
 
 // wantsReady reports whether this gateway would own addresses at now, once its peers let
 // them go.

@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// encode is the heartbeat's JSON, followed by a line with its HMAC when key is set.
-func encode(hb Heartbeat, key []byte) []byte {
+// Encode is heartbeat hb as it goes on the wire: its JSON, followed by a line with its
+// HMAC-SHA256 under key when key is set.
+func Encode(hb Heartbeat, key []byte) []byte {
 	b, _ := json.Marshal(hb)
 	if len(key) == 0 {
 		return b
