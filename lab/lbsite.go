@@ -2,8 +2,8 @@ package lab
 
 import (
 	"bufio"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"net"
