@@ -289,7 +289,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.CAFile, "ca-file", c.CAFile, "cluster mode: PEM file of the cluster's CA")
 	fs.Var(float32Flag{&c.KubeAPIQPS}, "kube-api-qps", "requests per second to the API server")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of requests to the API server")
-	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "cluster mode: directory of the last synced state, used when the API server does not answer at start; empty disables")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "cluster mode: directory of the last synced state, used when the API server does not answer at start; also the LoadBalancer heartbeats' replay marks; empty disables")
 	fs.StringVar(&c.Region, "region", c.Region, "cluster mode: this node's topology region label")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule edgegate programmed, then exit")
