@@ -20,7 +20,10 @@ import (
 // incarnation (stale). Accepted, any of them would move the IP (to the forged peer, or to
 // the other gateway). It never moves: every ARP reply comes from the owner's MAC and new
 // connections go through it; the gateways log each refusal naming the client's address,
-// and count it by reason.
+// and count it by reason. Last, the owner dies and the other gateway restarts while the
+// owner's captured heartbeats are replayed in order, which would keep the dead owner
+// alive (and its IP unanswered) for ten seconds: the IP moves to the other gateway as if
+// nobody replayed anything.
 func TestForgedPeers(t *testing.T) {
 	s := NewLBSite(t, "nftables")
 	owner := s.Owner(t)
@@ -166,5 +169,38 @@ func TestForgedPeers(t *testing.T) {
 	if !strings.Contains(body, `edgegate_lb_heartbeats_rejected_total{reason="stale"}`) ||
 		strings.Contains(body, `edgegate_lb_heartbeats_rejected_total{reason="stale"} 0`+"\n") {
 		t.Errorf("gateway-%d counted no stale heartbeat: %v", other+1, counted)
+	}
+	replayDeadOwner(t, s, tap, owner)
+}
+
+// replayDeadOwner kills the owner, restarts the other gateway and replays thirty of the
+// owner's last heartbeats in order, one every 350 ms (each would keep it alive for a
+// heartbeat timeout): the IP must move to the other gateway within 5 s of its start all
+// the same.
+func replayDeadOwner(t *testing.T, s *LBSite, tap *HeartbeatTap, owner int) {
+	other := 1 - owner
+	time.Sleep(3 * time.Second) // thirty heartbeats of the owner's current incarnation
+	caught := tap.Captured(s.Gateways[owner].IPv4, func(h member.Heartbeat) bool { return !h.Draining && !h.Listening })
+	if len(caught) < 30 {
+		t.Fatalf("captured %d heartbeats of gateway-%d, want 30", len(caught), owner+1)
+	}
+	caught = caught[len(caught)-30:]
+	s.Daemons[owner].Kill(t)
+	s.Daemons[other].Stop(t)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		for _, c := range caught {
+			_ = tap.Send(c.Data)
+			time.Sleep(350 * time.Millisecond)
+		}
+	})
+	s.Daemons[other] = s.Gateways[other].StartDaemon(t, s.Args(other)...)
+	started := time.Now()
+	moved := s.ThroughGateway(t, other, 5*time.Second)
+	t.Logf("gateway-%d dead, gateway-%d restarted during replays of its heartbeats: through gateway-%d %v after its start",
+		owner+1, other+1, other+1, moved.Sub(started).Round(time.Millisecond))
+	if _, ok := s.Daemons[other].LogLine("refused a heartbeat", "from="+s.Client.IPv4.String(), "reason=stale", "claims=gw-"); !ok {
+		t.Errorf("gateway-%d logged no stale heartbeat refused from the client", other+1)
 	}
 }
