@@ -12,12 +12,11 @@ import (
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/edgegate/edgegate/daemon/lb/byname"
 )
 
 // The Secret that holds a site's heartbeat key in cluster mode. It is created once, in the
@@ -68,22 +67,8 @@ func (k *KeySecret) where() string { return "secret " + KeySecretNamespace + "/"
 // every minute at most.
 func (k *KeySecret) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(k.log.Handler()))
-	secrets := k.client.CoreV1().Secrets(KeySecretNamespace)
-	// Only this Secret, by name: deploy/rbac.yaml grants it by resourceNames, which the API
-	// server matches against a metadata.name field selector.
-	byName := fields.OneTermEqualSelector("metadata.name", KeySecretName).String()
-	lw := &toolscache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = byName
-			return secrets.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = byName
-			return secrets.Watch(ctx, opts)
-		},
-	}
-	inf := toolscache.NewSharedIndexInformerWithOptions(toolscache.ToListWatcherWithWatchListSemantics(lw, k.client), &v1.Secret{},
-		toolscache.SharedIndexInformerOptions{ObjectDescription: k.where()})
+	// Only this Secret, by name: deploy/rbac.yaml grants it by resourceNames.
+	inf := byname.Informer(k.client, k.client.CoreV1().Secrets(KeySecretNamespace), KeySecretName, &v1.Secret{}, k.where())
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { k.read(o) },
 		UpdateFunc: func(_, o any) { k.read(o) },
