@@ -148,8 +148,13 @@ type LoadBalancerConfiguration struct {
 	HeartbeatPort     int      `json:"heartbeatPort"`
 	HeartbeatInterval Duration `json:"heartbeatInterval"`
 	HeartbeatTimeout  Duration `json:"heartbeatTimeout"`
-	// KeyFile holds the site's heartbeat key (HMAC-SHA256); empty: unsigned heartbeats.
+	// KeyFile holds the site's heartbeat key (HMAC-SHA256). Empty: in a cluster the key of
+	// the Secret kube-system/edgegate-lb-heartbeat-key (nothing is announced until it is
+	// read); standalone, announcing needs it.
 	KeyFile string `json:"keyFile"`
+	// InsecureUnsignedHeartbeats sends and takes unsigned heartbeats, with no replay
+	// protection: any host on the segment can then take LoadBalancer IPs.
+	InsecureUnsignedHeartbeats bool `json:"insecureUnsignedHeartbeats"`
 }
 
 // tuning is the configuration as conntrack.Tune takes it.
@@ -287,7 +292,8 @@ func parseConfig(args []string) (Config, error) {
 	fs.IntVar(&c.LoadBalancer.HeartbeatPort, "lb-heartbeat-port", c.LoadBalancer.HeartbeatPort, "UDP port of the gateways' heartbeats (multicast "+member.DefaultGroup.String()+")")
 	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatInterval}, "lb-heartbeat-interval", "time between heartbeats")
 	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatTimeout}, "lb-heartbeat-timeout", "silence after which a gateway's LoadBalancer IPs move to the others")
-	fs.StringVar(&c.LoadBalancer.KeyFile, "lb-key-file", c.LoadBalancer.KeyFile, "file with the site's heartbeat key (signs heartbeats); empty: unsigned")
+	fs.StringVar(&c.LoadBalancer.KeyFile, "lb-key-file", c.LoadBalancer.KeyFile, "file with the site's heartbeat key (HMAC-SHA256, at least 16 bytes); default: in a cluster the Secret kube-system/edgegate-lb-heartbeat-key, standalone required with --lb-announce")
+	fs.BoolVar(&c.LoadBalancer.InsecureUnsignedHeartbeats, "lb-insecure-unsigned-heartbeats", c.LoadBalancer.InsecureUnsignedHeartbeats, "INSECURE: send and take unsigned heartbeats (any host on the segment can then take LoadBalancer IPs)")
 	fs.IntVar(&c.Update.Tries, "update-tries", c.Update.Tries, "firmware: boots a new firmware gets to prove healthy before the old slot comes back")
 	fs.Var(durationFlag{&c.Update.TrialTimeout}, "update-trial-timeout", "firmware: how long a new firmware's boot may take to become healthy (network up, source loaded, rules programmed) before it reboots")
 	fs.Var(durationFlag{&c.Update.DrainSettle}, "update-drain-settle", "firmware: how long a gateway drains before a fleet rollout updates it (load balancers notice its failing /healthz)")
@@ -305,7 +311,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.CAFile, "ca-file", c.CAFile, "cluster mode: PEM file of the cluster's CA")
 	fs.Var(float32Flag{&c.KubeAPIQPS}, "kube-api-qps", "requests per second to the API server")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of requests to the API server")
-	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "cluster mode: directory of the last synced state, used when the API server does not answer at start; empty disables")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "cluster mode: directory of the last synced state, used when the API server does not answer at start; also the LoadBalancer heartbeats' replay marks; empty disables")
 	fs.StringVar(&c.Region, "region", c.Region, "cluster mode: this node's topology region label")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule edgegate programmed, then exit")
@@ -426,6 +432,16 @@ func (c *Config) validLoadBalancer() []error {
 	}
 	if lb.Announce && !cluster && lb.PoolsFile == "" {
 		errs = append(errs, errors.New("--lb-announce (loadBalancer.announce): without a cluster the pools come from --lb-pools-file, which is not set"))
+	}
+	if lb.Announce && !cluster && lb.KeyFile == "" && !lb.InsecureUnsignedHeartbeats {
+		errs = append(errs, errors.New("--lb-announce (loadBalancer.announce): heartbeats are signed with --lb-key-file (loadBalancer.keyFile), which is not set; "+
+			"without a key any host on the segment can take LoadBalancer IPs (--lb-insecure-unsigned-heartbeats runs so anyway)"))
+	}
+	if lb.KeyFile != "" && lb.InsecureUnsignedHeartbeats {
+		errs = append(errs, errors.New("--lb-insecure-unsigned-heartbeats (loadBalancer.insecureUnsignedHeartbeats) with --lb-key-file (loadBalancer.keyFile): choose one"))
+	}
+	if lb.Announce && !lb.InsecureUnsignedHeartbeats && c.StateDir == "" {
+		errs = append(errs, errors.New("--lb-announce (loadBalancer.announce): the heartbeats' replay protection keeps its marks in --state-dir (stateDir), which is empty"))
 	}
 	if lb.HeartbeatPort < 1 || lb.HeartbeatPort > 65535 {
 		errs = append(errs, fmt.Errorf("--lb-heartbeat-port (loadBalancer.heartbeatPort): %d is not in 1-65535", lb.HeartbeatPort))

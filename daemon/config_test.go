@@ -183,13 +183,22 @@ func TestLoadBalancerConfig(t *testing.T) {
 		lb.HeartbeatTimeout.Duration != 400*time.Millisecond {
 		t.Errorf("defaults: %+v", lb)
 	}
-	file := writeFile(t, "loadBalancer:\n  announce: true\n  poolsFile: /etc/edgegate/pools.yaml\n  heartbeatTimeout: 1s\n")
+	file := writeFile(t, "loadBalancer:\n  announce: true\n  poolsFile: /etc/edgegate/pools.yaml\n  heartbeatTimeout: 1s\n  keyFile: /etc/edgegate/lb.key\n")
 	c, err = parseConfig([]string{"--config", file, "--lb-heartbeat-port", "7999"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lb := c.LoadBalancer; !lb.Announce || lb.PoolsFile != "/etc/edgegate/pools.yaml" || lb.HeartbeatTimeout.Duration != time.Second || lb.HeartbeatPort != 7999 {
 		t.Errorf("file and flags: %+v", lb)
+	}
+	for _, ok := range [][]string{
+		{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-key-file", "k"},
+		{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-insecure-unsigned-heartbeats"},
+		{"--lb-announce", "--api-server", "https://10.0.0.1:6443"}, // the key comes from the cluster's Secret
+	} {
+		if _, err := parseConfig(ok); err != nil {
+			t.Errorf("%v: %v", ok, err)
+		}
 	}
 	for _, tc := range []struct {
 		args []string
@@ -199,6 +208,10 @@ func TestLoadBalancerConfig(t *testing.T) {
 		{[]string{"--lb-announce"}, "--lb-pools-file"},
 		{[]string{"--lb-heartbeat-port", "0"}, "--lb-heartbeat-port"},
 		{[]string{"--lb-heartbeat-interval", "300ms"}, "--lb-heartbeat-timeout"},
+		// Standalone, announcing signs heartbeats unless the operator says it is insecure.
+		{[]string{"--lb-announce", "--lb-pools-file", "p.yaml"}, "--lb-key-file (loadBalancer.keyFile), which is not set"},
+		{[]string{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-key-file", "k", "--lb-insecure-unsigned-heartbeats"}, "choose one"},
+		{[]string{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-key-file", "k", "--state-dir", ""}, "--state-dir (stateDir), which is empty"},
 	} {
 		if _, err := parseConfig(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +19,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/lb/announce"
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
+	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
@@ -38,6 +39,7 @@ type loadBalancer struct {
 	speaker   *lb.Speaker
 	leases    *member.LeaseWatch // nil without a cluster
 	allocator *alloc.Controller  // nil unless --lb-allocate
+	keySecret *member.KeySecret  // the key's Secret; nil unless the key comes from it
 	client    kubernetes.Interface
 
 	mu   sync.Mutex
@@ -45,8 +47,10 @@ type loadBalancer struct {
 }
 
 // newLoadBalancer opens what announcing needs (sockets belong to this namespace) and reads
-// the pools file; nil when neither announcing nor allocating is asked for.
-func newLoadBalancer(cfg LoadBalancerConfiguration, node string, log *slog.Logger) (*loadBalancer, error) {
+// the pools file; nil when neither announcing nor allocating is asked for. Refused
+// heartbeats are counted in m.
+func newLoadBalancer(c Config, node string, m *metrics.Metrics, log *slog.Logger) (*loadBalancer, error) {
+	cfg := c.LoadBalancer
 	if !cfg.Announce && !cfg.Allocate {
 		return nil, nil
 	}
@@ -66,25 +70,40 @@ func newLoadBalancer(cfg LoadBalancerConfiguration, node string, log *slog.Logge
 	if !cfg.Announce {
 		return l, nil
 	}
-	var key []byte
-	if cfg.KeyFile != "" {
+	mc := member.Config{
+		Name: node, Interfaces: l.interfaces(), Port: cfg.HeartbeatPort, Interval: cfg.HeartbeatInterval.Duration,
+		Timeout: cfg.HeartbeatTimeout.Duration, Leases: l.leaseView, Log: l.log.With("part", "members"),
+		Rejected: func(reason string) { m.HeartbeatsRejected(reason, 1) },
+	}
+	for _, r := range member.RejectReasons {
+		m.HeartbeatsRejected(r, 0)
+	}
+	switch {
+	case cfg.KeyFile != "":
 		b, err := os.ReadFile(cfg.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--lb-key-file: %w", err)
 		}
-		if key = []byte(strings.TrimSpace(string(b))); len(key) < 16 {
-			return nil, fmt.Errorf("--lb-key-file %s: the key has %d bytes, want at least 16", cfg.KeyFile, len(key))
+		if mc.Key, err = member.ParseKey(b, "--lb-key-file "+cfg.KeyFile); err != nil {
+			return nil, err
 		}
+	case cfg.InsecureUnsignedHeartbeats:
+		l.log.Warn("heartbeats are NOT signed (--lb-insecure-unsigned-heartbeats): any host on the segment can take LoadBalancer IPs")
+	case c.clusterConfig().Enabled():
+		// The key comes from the cluster's Secret (attach); nothing is announced before.
+		mc.AwaitKey = true
+	default:
+		return nil, errors.New("--lb-announce: no heartbeat key (--lb-key-file)")
+	}
+	if !cfg.InsecureUnsignedHeartbeats {
+		mc.MarksFile = filepath.Join(c.StateDir, "lb-heartbeat-marks.json")
 	}
 	var err error
 	if l.announcer, err = announce.New(l.log.With("part", "announce")); err != nil {
 		return nil, err
 	}
-	l.group, err = member.Open(member.Config{
-		Name: node, Interfaces: l.interfaces(), Port: cfg.HeartbeatPort, Interval: cfg.HeartbeatInterval.Duration,
-		Timeout: cfg.HeartbeatTimeout.Duration, Key: key, Leases: l.leaseView, Log: l.log.With("part", "members"),
-	})
-	if err != nil {
+	if l.group, err = member.Open(mc); err != nil {
+		l.announcer.Close()
 		return nil, err
 	}
 	l.speaker = lb.NewSpeaker(node, l.group, l.announcer, l.log.With("part", "speaker"))
@@ -110,6 +129,9 @@ func (l *loadBalancer) attach(client kubernetes.Interface) error {
 	}
 	if l.group != nil {
 		l.leases = member.NewLeaseWatch(nil)
+		if l.cfg.KeyFile == "" && !l.cfg.InsecureUnsignedHeartbeats {
+			l.keySecret = member.NewKeySecret(client, l.group, l.log.With("part", "key"))
+		}
 	}
 	if l.cfg.Allocate {
 		if l.watcher == nil {
@@ -208,6 +230,9 @@ func (l *loadBalancer) components() map[string]func(ctx context.Context) error {
 	c["lb-speaker"] = func(ctx context.Context) error { l.speaker.Run(ctx); return nil }
 	if l.leases != nil {
 		c["lb-leases"] = func(ctx context.Context) error { l.leases.Run(ctx, l.client); return nil }
+	}
+	if l.keySecret != nil {
+		c["lb-key"] = l.keySecret.Run
 	}
 	return c
 }

@@ -165,7 +165,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 	}
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	dr := newDrains(health.SetDraining)
-	lbs, err := newLoadBalancer(cfg.LoadBalancer, pc.NodeName, log)
+	lbs, err := newLoadBalancer(cfg, pc.NodeName, m, log)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -252,6 +253,19 @@ func (w *ARPWatch) DoubleAnswersSince(from time.Time) []string {
 	return out
 }
 
+// MACsSince counts the replies that arrived since from by the MAC that sent them.
+func (w *ARPWatch) MACsSince(from time.Time) map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for _, a := range w.answers {
+		if !a.At.Before(from) {
+			out[a.MAC]++
+		}
+	}
+	return out
+}
+
 // RepliesSince counts the replies that arrived since from.
 func (w *ARPWatch) RepliesSince(from time.Time) int {
 	w.mu.Lock()
@@ -330,12 +344,15 @@ func siteSlice(svc *v1.Service, family discovery.AddressType, eps []endpoint) *d
 }
 
 // LBSite is a site whose gateways' daemons (plain daemons in standalone mode, pools from a
-// file) announce one LoadBalancer IP, SiteLBAddr, of a Service with three backends.
+// file) announce one LoadBalancer IP, SiteLBAddr, of a Service with three backends. Their
+// heartbeats are signed with the site's key, and each gateway keeps its state directory
+// (the heartbeats' replay marks) across restarts.
 type LBSite struct {
 	*Site
 	Daemons []*Daemon
 	MACs    []string             // the gateways' eth0
 	Args    func(i int) []string // gateway i's daemon flags
+	Key     []byte               // the site's heartbeat key (--lb-key-file)
 }
 
 // SiteLBAddr is the LoadBalancer IP:port an LBSite's Service answers on.
@@ -356,11 +373,20 @@ func NewLBSite(t testing.TB, mode string) *LBSite {
 	if err := os.WriteFile(pools, []byte(SitePoolsYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	s.Key = []byte(rand.Text())
+	keyFile := filepath.Join(t.TempDir(), "lb.key")
+	if err := os.WriteFile(keyFile, append(s.Key, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stateDirs []string
+	for range s.Gateways {
+		stateDirs = append(stateDirs, t.TempDir())
+	}
 	s.Args = func(i int) []string {
 		return []string{"--proxy-mode=" + mode, "--manifests", string(dir),
 			"--hostname-override", fmt.Sprintf("gw-%d", i+1), "--node-ip", s.Gateways[i].IPv4.String(),
 			"--healthz-bind-address", "0.0.0.0:10256", "--metrics-bind-address", "127.0.0.1:10249",
-			"--lb-announce", "--lb-pools-file", pools}
+			"--lb-announce", "--lb-pools-file", pools, "--lb-key-file", keyFile, "--state-dir", stateDirs[i]}
 	}
 	for i, g := range s.Gateways {
 		s.Daemons = append(s.Daemons, g.StartDaemon(t, s.Args(i)...))

@@ -50,6 +50,7 @@ type Metrics struct {
 	objectsRejected     *prometheus.CounterVec
 	listenerRefused     *prometheus.CounterVec
 	listenerConns       *prometheus.GaugeVec
+	heartbeatsRejected  *prometheus.CounterVec
 }
 
 // syncBuckets are kube-proxy's sync latency buckets: 1ms doubling up to about 16s.
@@ -155,6 +156,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "listener_connections",
 			Help: "Connections an HTTP listener holds open, by listener (websockets included)",
 		}, []string{"listener"}),
+		heartbeatsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "lb_heartbeats_rejected_total",
+			Help: "LoadBalancer heartbeats refused, by reason: unsigned, bad-mac, malformed, replayed, stale",
+		}, []string{"reason"}),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
 	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
@@ -175,6 +180,7 @@ func New() *Metrics {
 		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
 		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
 		m.conntrackDeleted, m.manifestProblems, m.objectsRejected, m.listenerRefused, m.listenerConns,
+		m.heartbeatsRejected,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -254,6 +260,12 @@ func (m *Metrics) ListenerRefused(listener, reason string) {
 // ListenerConnections sets the connections the listener holds open.
 func (m *Metrics) ListenerConnections(listener string, open int) {
 	m.listenerConns.WithLabelValues(listener).Set(float64(open))
+}
+
+// HeartbeatsRejected counts n LoadBalancer heartbeats refused for reason (n = 0 makes the
+// series appear at zero).
+func (m *Metrics) HeartbeatsRejected(reason string, n int) {
+	m.heartbeatsRejected.WithLabelValues(reason).Add(float64(max(n, 0)))
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

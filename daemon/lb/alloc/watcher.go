@@ -9,14 +9,11 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/edgegate/edgegate/daemon/lb/byname"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
 )
 
@@ -98,22 +95,9 @@ func (w *Watcher) update(f func(*PoolState)) {
 // Run watches the ConfigMap until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(w.log.Handler()))
-	cms := w.client.CoreV1().ConfigMaps(w.namespace)
-	// Only this ConfigMap, by name: deploy/rbac.yaml grants get/list/watch on this name
-	// only, which the API server matches against a metadata.name field selector.
-	byName := fields.OneTermEqualSelector("metadata.name", w.name).String()
-	lw := &toolscache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = byName
-			return cms.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = byName
-			return cms.Watch(ctx, opts)
-		},
-	}
-	inf := toolscache.NewSharedIndexInformerWithOptions(toolscache.ToListWatcherWithWatchListSemantics(lw, w.client), &v1.ConfigMap{},
-		toolscache.SharedIndexInformerOptions{ObjectDescription: "configmap " + w.namespace + "/" + w.name})
+	// Only this ConfigMap, by name: deploy/rbac.yaml grants list/watch on this name only.
+	inf := byname.Informer(w.client, w.client.CoreV1().ConfigMaps(w.namespace), w.name, &v1.ConfigMap{},
+		"configmap "+w.namespace+"/"+w.name)
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.read(o) },
 		UpdateFunc: func(_, o any) { w.read(o) },

@@ -2,10 +2,6 @@ package member
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,11 +44,21 @@ type Config struct {
 	// to count as alive across a partition (a few of its renew intervals).
 	LeaseFresh time.Duration
 	// Key signs heartbeats (HMAC-SHA256) so that a host on the segment cannot join, or
-	// make a gateway give up its addresses, without it. Empty: unsigned.
-	Key    []byte
-	Leases LeaseView // nil without a cluster
-	Log    *slog.Logger
-	Now    func() time.Time
+	// make a gateway give up its addresses, without it. Empty: unsigned (see AwaitKey).
+	Key []byte
+	// Accept are further keys whose heartbeats are taken: a key rotation in progress.
+	Accept [][]byte
+	// AwaitKey: the key comes later (SetKeys, from the cluster); until then the group
+	// neither sends nor hears, and so this gateway owns no address.
+	AwaitKey bool
+	// MarksFile keeps the replay protection's marks across restarts (see Marks); empty:
+	// in memory only.
+	MarksFile string
+	// Rejected counts a refused heartbeat by its reason (RejectReasons); nil: not counted.
+	Rejected func(reason string)
+	Leases   LeaseView // nil without a cluster
+	Log      *slog.Logger
+	Now      func() time.Time
 }
 
 // Group sends this gateway's heartbeats and hears its peers'. Open it in the network
@@ -63,19 +69,24 @@ type Group struct {
 	pc   *ipv4.PacketConn
 	// nl finds interfaces in the namespace the group was opened in, whatever thread asks.
 	nl        *netlink.Handle
-	inc       int64
 	dst       *net.UDPAddr
 	wake      chan struct{} // a heartbeat to send now (draining changed)
 	closeOnce sync.Once
 	notif     chan struct{}
+	keyed     chan struct{} // closed once there is a key, or none is awaited
+	keyOnce   sync.Once
 
 	mu      sync.Mutex
+	key     []byte
+	accept  [][]byte
+	marks   *Marks
+	refused refusalLog
 	view    *View
 	seq     uint64
 	joined  map[string]*net.Interface
 	linkUp  map[string]bool // the joined interfaces' carrier at the last check
 	members []string
-	bad     int // datagrams refused (unsigned, wrong key, malformed)
+	bad     int // datagrams refused (RejectReasons)
 	// What the announcer follows, as the speaker reports it (Applying, Applied): the peers
 	// whose addresses it answers for none of, and whether it may still answer for some of
 	// this gateway's own. reporting: the speaker has reported at least once.
@@ -133,6 +144,12 @@ func Open(cfg Config) (*Group, error) {
 		conn.Close()
 		return nil, fmt.Errorf("member: heartbeat socket: %w", err)
 	}
+	now := cfg.Now()
+	marks, err := OpenMarks(cfg.MarksFile, now)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("member: %w", err)
+	}
 	// Only rtnetlink: a handle with every protocol also opens NETLINK_XFRM, which the
 	// firmware's kernels lack.
 	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
@@ -140,15 +157,18 @@ func Open(cfg Config) (*Group, error) {
 		conn.Close()
 		return nil, fmt.Errorf("member: netlink: %w", err)
 	}
-	now := cfg.Now()
 	g := &Group{
-		cfg: cfg, conn: conn, pc: pc, nl: nl, inc: now.UnixNano(),
+		cfg: cfg, conn: conn, pc: pc, nl: nl, marks: marks,
 		dst:  &net.UDPAddr{IP: cfg.Group.AsSlice(), Port: cfg.Port},
-		wake: make(chan struct{}, 1), notif: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), notif: make(chan struct{}, 1), keyed: make(chan struct{}),
 		view:   NewView(cfg.Name, cfg.Timeout, cfg.LeaseFresh, now),
 		joined: map[string]*net.Interface{}, linkUp: map[string]bool{},
 	}
+	g.refused.log = cfg.Log
 	g.view.Handover = 2 * cfg.Interval
+	if len(cfg.Key) > 0 || !cfg.AwaitKey {
+		g.SetKeys(cfg.Key, cfg.Accept)
+	}
 	g.join()
 	return g, nil
 }
@@ -199,9 +219,25 @@ func (g *Group) Close() {
 	})
 }
 
+// SetKeys sets the key heartbeats are signed with and the further keys taken from peers
+// (Config.Key, Config.Accept): the first call lets a group that awaits its key run.
+func (g *Group) SetKeys(key []byte, accept [][]byte) {
+	g.mu.Lock()
+	g.key, g.accept = slices.Clone(key), slices.Clone(accept)
+	g.mu.Unlock()
+	g.keyOnce.Do(func() { close(g.keyed) })
+}
+
 // Run sends heartbeats every Interval, hears the peers' and recomputes the members every
-// half Interval, until ctx ends. It closes the socket when it returns.
+// half Interval, until ctx ends; a group that awaits its key (Config.AwaitKey) does so once
+// it has it. It closes the socket when it returns.
 func (g *Group) Run(ctx context.Context) error {
+	select {
+	case <-g.keyed:
+	case <-ctx.Done():
+		g.Close()
+		return nil
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { g.receive() })
 	defer func() {
@@ -237,22 +273,13 @@ func (g *Group) Run(ctx context.Context) error {
 }
 
 func (g *Group) send() {
+	b, unannounced := g.next()
 	g.mu.Lock()
-	g.seq++
-	now := g.cfg.Now()
-	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.inc, Seq: g.seq}
-	unannounced := g.view.Unannounced(now)
-	g.view.Announce(&hb, g.answering, now)
-	if g.reporting {
-		hb.Confirms = true
-		hb.Applied, hb.Unheard = g.view.Confirm(g.applied, now, g.cfg.Leases)
-	}
 	ifaces := make([]*net.Interface, 0, len(g.joined))
 	for _, name := range slices.Sorted(maps.Keys(g.joined)) {
 		ifaces = append(ifaces, g.joined[name])
 	}
 	g.mu.Unlock()
-	b := encode(hb, g.cfg.Key)
 	for _, ifi := range ifaces {
 		if err := g.pc.SetMulticastInterface(ifi); err != nil {
 			continue
@@ -266,31 +293,86 @@ func (g *Group) send() {
 	}
 }
 
+// next is the next heartbeat, signed; unannounced: it is the first to say this gateway is
+// ready.
+func (g *Group) next() (b []byte, unannounced bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seq++
+	now := g.cfg.Now()
+	hb := Heartbeat{Name: g.cfg.Name, Incarnation: g.marks.Incarnation(), Seq: g.seq, Renew: g.marks.Renewing()}
+	unannounced = g.view.Unannounced(now)
+	g.view.Announce(&hb, g.answering, now)
+	if g.reporting {
+		hb.Confirms = true
+		hb.Applied, hb.Unheard = g.view.Confirm(g.applied, now, g.cfg.Leases)
+	}
+	return Encode(hb, g.key), unannounced
+}
+
 func (g *Group) receive() {
 	// A heartbeat confirms every peer it applies: on a segment of many gateways it outgrows
 	// an Ethernet frame and arrives in fragments.
 	buf := make([]byte, 1<<16)
 	for {
-		n, _, err := g.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := g.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			continue
 		}
-		hb, err := decode(buf[:n], g.cfg.Key)
-		g.mu.Lock()
-		if err != nil {
-			g.bad++
-			g.mu.Unlock()
-			continue
+		changed, wake := g.heard(buf[:n], from)
+		if wake {
+			g.wakeSend()
 		}
-		changed := g.view.Heard(hb, g.cfg.Now())
-		g.mu.Unlock()
 		if changed {
 			g.recompute()
 		}
 	}
+}
+
+// heard takes in one datagram from a peer: refused unless it is a heartbeat signed with a
+// key of the site's and fresh (Marks). changed: what Members can return changed; wake: a
+// heartbeat should go now, because this gateway started a new incarnation as the sender
+// asked (Heartbeat.Renew), or asks the sender for one.
+func (g *Group) heard(b []byte, from netip.AddrPort) (changed, wake bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.cfg.Now()
+	hb, reject := decode(b, g.key, g.accept)
+	if reject == "" && hb.Name == g.cfg.Name {
+		return false, false // its own, looped back
+	}
+	if reject == "" {
+		asked := g.marks.Renewing()[hb.Name]
+		var err error
+		if reject, err = g.marks.Admit(hb); err != nil {
+			g.cfg.Log.Error("heartbeats: the replay protection's marks cannot be written; after a restart replays of this peer may be taken", "peer", hb.Name, "err", err)
+		}
+		renewing := g.marks.Renewing()
+		// At most once per incarnation of a peer: replays cannot make it send more.
+		wake = renewing[hb.Name] != asked
+		g.view.AwaitRenewal(len(renewing) > 0, now)
+	}
+	if reject != "" {
+		g.bad++
+		if g.cfg.Rejected != nil {
+			g.cfg.Rejected(reject)
+		}
+		g.refused.refuse(from, hb.Name, reject, now)
+		return false, wake
+	}
+	if inc := g.marks.Incarnation(); hb.Renew[g.cfg.Name] == inc {
+		if inc, err := g.marks.Renew(now); err != nil {
+			g.cfg.Log.Error("heartbeats: cannot start a new incarnation a peer asks for; it refuses this gateway until then", "peer", hb.Name, "err", err)
+		} else {
+			wake = true
+			g.view.Renewed(inc)
+			g.cfg.Log.Info("heartbeats: new incarnation, the peer restarted and refuses the old one", "peer", hb.Name, "from", from.Addr())
+		}
+	}
+	return g.view.Heard(hb, now), wake
 }
 
 // checkLinks follows the carrier of the heartbeat interfaces: with every one down this
@@ -398,38 +480,4 @@ func (g *Group) Peers() ([]PeerStatus, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.view.Peers(g.cfg.Now(), g.cfg.Leases), g.bad
-}
-
-// encode is the heartbeat's JSON, followed by a line with its HMAC when key is set.
-func encode(hb Heartbeat, key []byte) []byte {
-	b, _ := json.Marshal(hb)
-	if len(key) == 0 {
-		return b
-	}
-	return append(append(b, '\n'), hex.EncodeToString(sign(b, key))...)
-}
-
-func decode(b []byte, key []byte) (Heartbeat, error) {
-	body, mac, signed := strings.Cut(string(b), "\n")
-	if len(key) > 0 {
-		want := sign([]byte(body), key)
-		got, err := hex.DecodeString(mac)
-		if !signed || err != nil || !hmac.Equal(got, want) {
-			return Heartbeat{}, errors.New("heartbeat not signed with this site's key")
-		}
-	}
-	var hb Heartbeat
-	if err := json.Unmarshal([]byte(body), &hb); err != nil {
-		return Heartbeat{}, fmt.Errorf("heartbeat: %w", err)
-	}
-	if hb.Name == "" || len(hb.Name) > 253 {
-		return Heartbeat{}, errors.New("heartbeat without a valid name")
-	}
-	return hb, nil
-}
-
-func sign(b, key []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(b)
-	return m.Sum(nil)
 }

@@ -14,7 +14,8 @@ const partitionMargin = 2 * time.Second
 // Heartbeat is what a gateway multicasts on the segment every Interval.
 type Heartbeat struct {
 	Name string `json:"name"`
-	// Incarnation is the sender's start time (Unix nanoseconds): a restarted peer is new.
+	// Incarnation strictly increases across the sender's restarts (a persisted counter, see
+	// Marks): a restarted peer is new, and what was captured from its earlier runs is stale.
 	Incarnation int64  `json:"inc"`
 	Seq         uint64 `json:"seq"`
 	// Draining: the sender has handed its addresses over (it answers for none of them any
@@ -40,6 +41,10 @@ type Heartbeat struct {
 	// it hears the sender but the sender does not hear it, one of the two must answer.
 	// Older senders leave it out, and are waited for as before.
 	Unheard []string `json:"unheard,omitempty"`
+	// Renew names the peers whose incarnation the sender refuses, each with it: the sender
+	// restarted and sealed every incarnation it had heard (see Marks). A gateway named here
+	// with its current incarnation starts a new one.
+	Renew map[string]int64 `json:"renew,omitempty"`
 }
 
 // Mark names one heartbeat of a gateway.
@@ -86,13 +91,32 @@ type View struct {
 	Handover time.Duration
 
 	started  time.Time
+	extended bool // Listening lasts longer: see AwaitRenewal
 	isolated bool // every heartbeat interface is down
 	draining bool
 	// ready is the heartbeat that told the peers this gateway is ready, sent at readyAt;
 	// readyAt is zero while it is not ready or has not said so yet.
 	ready   Mark
 	readyAt time.Time
+	// renewed are the incarnations this gateway started since ready without restarting
+	// (a peer asked, see Heartbeat.Renew): a peer confirming any of their heartbeats heard
+	// this gateway after it said it is ready.
+	renewed []int64
 	peers   map[string]*peerState
+}
+
+// maxRenewed bounds View.renewed: peers restarting while this gateway stays ready.
+const maxRenewed = 16
+
+// Renewed records that this gateway's heartbeats carry incarnation inc from now.
+func (v *View) Renewed(inc int64) {
+	if v.readyAt.IsZero() {
+		return // the next ready heartbeat carries it
+	}
+	v.renewed = append(v.renewed, inc)
+	if len(v.renewed) > maxRenewed {
+		v.renewed = v.renewed[1:]
+	}
 }
 
 type peerState struct {
@@ -137,7 +161,7 @@ func (v *View) yields(h Heartbeat) bool {
 	if !ok || v.readyAt.IsZero() {
 		return false
 	}
-	return m.atLeast(v.ready) || slices.Contains(h.Unheard, v.Self)
+	return m.atLeast(v.ready) || slices.Contains(v.renewed, m.Incarnation) || slices.Contains(h.Unheard, v.Self)
 }
 
 // SetDraining marks this gateway as handing its addresses over (it owns nothing from
@@ -154,8 +178,26 @@ func (v *View) SetIsolated(isolated bool) { v.isolated = isolated }
 // peers that served its addresses meanwhile keep them until it is ready.
 func (v *View) Relisten(now time.Time) { v.started = now }
 
+// renewalListen is how many Timeouts a gateway listens at most while a peer it refuses
+// has not started a new incarnation yet (see AwaitRenewal): a restarted gateway hears
+// its peers anew before it claims, and a replay of a dead peer's heartbeats (also
+// refused) delays its claims by no more than this.
+const renewalListen = 3
+
 // Listening reports whether this gateway still listens for its peers at now.
-func (v *View) Listening(now time.Time) bool { return now.Sub(v.started) < v.Timeout }
+func (v *View) Listening(now time.Time) bool {
+	d := now.Sub(v.started)
+	return d < v.Timeout || v.extended && d < renewalListen*v.Timeout
+}
+
+// AwaitRenewal says whether a peer this gateway refuses (an incarnation from before its
+// restart, see Marks) was asked for a new one and has not started it yet. Said while this
+// gateway listens, it listens until the peer has, or for renewalListen Timeouts: a peer it
+// does not hear yet must not be taken for gone. Said later, it changes nothing (this
+// gateway claims already; the peer is heard again within a heartbeat).
+func (v *View) AwaitRenewal(awaiting bool, now time.Time) {
+	v.extended = awaiting && (v.extended || v.Listening(now))
+}
 
 // wantsReady reports whether this gateway would own addresses at now, once its peers let
 // them go.
@@ -172,11 +214,11 @@ func (v *View) wantsReady(now time.Time) bool {
 func (v *View) Announce(h *Heartbeat, answering bool, now time.Time) {
 	if v.wantsReady(now) {
 		if v.readyAt.IsZero() {
-			v.ready, v.readyAt = markOf(*h), now
+			v.ready, v.readyAt, v.renewed = markOf(*h), now, nil
 		}
 		return
 	}
-	v.ready, v.readyAt = Mark{}, time.Time{}
+	v.ready, v.readyAt, v.renewed = Mark{}, time.Time{}, nil
 	if !answering {
 		h.Draining, h.Listening = v.draining, !v.draining
 	}

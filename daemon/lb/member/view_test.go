@@ -349,3 +349,28 @@ func TestViewIsolatedAndRelisten(t *testing.T) {
 		t.Errorf("members %v once gw-b confirmed, want gw-a and gw-b", m)
 	}
 }
+
+// TestViewRenewedKeepsConfirmation: a ready gateway that starts a new incarnation (a
+// restarted peer asked) stays confirmed by a peer that confirms a heartbeat of the new one;
+// a mark of an incarnation it never had still confirms nothing.
+func TestViewRenewedKeepsConfirmation(t *testing.T) {
+	v := NewView("gw-a", ms(400), 30*time.Second, t0)
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 7, Seq: 1, Confirms: true}, t0.Add(ms(100)))
+	announce(v, 4, t0.Add(ms(400)))
+	at := t0.Add(ms(500))
+	v.Heard(Heartbeat{Name: "gw-b", Incarnation: 7, Seq: 2, Confirms: true, Applied: map[string]Mark{"gw-a": {1, 4}}}, at)
+	if m := v.Members(at, nil); !slices.Equal(m, []string{"gw-a", "gw-b"}) {
+		t.Fatalf("members %v once confirmed, want gw-a and gw-b", m)
+	}
+	v.Renewed(3)
+	for _, c := range []struct {
+		mark Mark
+		want []string
+	}{{Mark{3, 5}, []string{"gw-a", "gw-b"}}, {Mark{2, 9}, []string{"gw-b"}}} {
+		at = at.Add(ms(100))
+		v.Heard(Heartbeat{Name: "gw-b", Incarnation: 7, Seq: uint64(at.Sub(t0) / ms(100)), Confirms: true, Applied: map[string]Mark{"gw-a": c.mark}}, at)
+		if m := v.Members(at, nil); !slices.Equal(m, c.want) {
+			t.Errorf("gw-b confirms %v after gw-a renewed to 3: members %v, want %v", c.mark, m, c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@
 package lb
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/lab"
 	"github.com/edgegate/edgegate/lab/cluster"
 )
@@ -45,8 +47,10 @@ func poll(t *testing.T, within time.Duration, what string, cond func() (bool, st
 	t.Fatalf("%s: not within %v: %s", what, within, last)
 }
 
-func TestLoadBalancerInCluster(t *testing.T) {
-	site := lab.NewSite(t, lab.SiteOptions{Prefix: "egq"})
+// startCluster starts an apiserver on site's front segment with deploy/rbac.yaml, the
+// pools ConfigMap and the test's namespace, and returns it with gateway i's daemon flags
+// (joined as the gateway group, nothing but the RBAC's permissions).
+func startCluster(t *testing.T, site *lab.Site) (*cluster.Cluster, func(i int) []string) {
 	c := cluster.Start(t, cluster.Options{NetNS: site.Upstream.NS, Address: apiServerAddr,
 		GatewayGroups: []string{"system:bootstrappers:edgegate"}})
 	ctx := t.Context()
@@ -72,7 +76,7 @@ func TestLoadBalancerInCluster(t *testing.T) {
 			"--token-file", filepath.Join(dir, "token"), "--ca-file", filepath.Join(dir, "ca.crt"),
 			"--hostname-override", fmt.Sprintf("gw-%d", i+1), "--node-ip", site.Gateways[i].IPv4.String(),
 			"--healthz-bind-address", "0.0.0.0:10256", "--metrics-bind-address", "127.0.0.1:10249",
-			"--lb-announce", "--lb-allocate", "--lb-default-class"}
+			"--lb-announce"}
 	}
 	// The gateways must be allowed what they ask before they start (the bindings reach the
 	// authorizer's cache a moment after they are created).
@@ -84,6 +88,43 @@ func TestLoadBalancerInCluster(t *testing.T) {
 		_, err = gw.CoreV1().Services("").List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, fmt.Sprint(err)
 	})
+	return c, args
+}
+
+// createKeySecret creates the site's heartbeat key Secret as the deploy step does
+// (deploy/lb-heartbeat-key.yaml).
+func createKeySecret(t *testing.T, c *cluster.Cluster, key []byte) {
+	s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: member.KeySecretName, Namespace: member.KeySecretNamespace},
+		Data: map[string][]byte{member.KeySecretKey: key}}
+	if _, err := c.Client.CoreV1().Secrets(member.KeySecretNamespace).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createEndpoints gives the Service web the site's three backends.
+func createEndpoints(t *testing.T, c *cluster.Cluster) {
+	port, proto, name := int32(lab.BackendTCPPort), v1.ProtocolTCP, "http"
+	slice := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: namespace, Labels: map[string]string{discovery.LabelServiceName: "web"}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
+	}
+	for i := 1; i <= 3; i++ {
+		ready, node := true, fmt.Sprintf("worker-%d", i)
+		slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{fmt.Sprintf("10.210.1.1%d", i)},
+			Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &node})
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(namespace).Create(t.Context(), slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadBalancerInCluster(t *testing.T) {
+	site := lab.NewSite(t, lab.SiteOptions{Prefix: "egq"})
+	c, clusterArgs := startCluster(t, site)
+	ctx := t.Context()
+	createKeySecret(t, c, []byte(rand.Text()))
+	args := func(i int) []string { return append(clusterArgs(i), "--lb-allocate", "--lb-default-class") }
 	var daemons []*lab.Daemon
 	var macs []string
 	for i, g := range site.Gateways {
@@ -105,20 +146,7 @@ func TestLoadBalancerInCluster(t *testing.T) {
 	if _, err := c.Client.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	port, proto, name := int32(lab.BackendTCPPort), v1.ProtocolTCP, "http"
-	slice := &discovery.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: namespace, Labels: map[string]string{discovery.LabelServiceName: "web"}},
-		AddressType: discovery.AddressTypeIPv4,
-		Ports:       []discovery.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
-	}
-	for i := 1; i <= 3; i++ {
-		ready, node := true, fmt.Sprintf("worker-%d", i)
-		slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{fmt.Sprintf("10.210.1.1%d", i)},
-			Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &node})
-	}
-	if _, err := c.Client.DiscoveryV1().EndpointSlices(namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createEndpoints(t, c)
 	var ip string
 	poll(t, 30*time.Second, "the allocator writes the Service's address", func() (bool, string) {
 		s, err := c.Client.CoreV1().Services(namespace).Get(ctx, "web", metav1.GetOptions{})
