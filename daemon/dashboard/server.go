@@ -94,7 +94,10 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 			return
 		}
 		if from == "query" {
-			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: got, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			// Secure on TLS, which is every address but loopback: the browser never
+			// sends the token in clear.
+			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: got, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+				SameSite: http.SameSiteStrictMode})
 		}
 		next.ServeHTTP(w, r)
 	})
