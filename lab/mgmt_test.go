@@ -35,7 +35,15 @@ func readToken(t *testing.T, stateDir string) string {
 	return strings.TrimSpace(string(b))
 }
 
-var spkiField = regexp.MustCompile(`spkiSHA256=(\S+)`)
+// spkiField finds the SPKI hash in a log line: base64 ends in "=", so slog quotes it.
+var spkiField = regexp.MustCompile(`spkiSHA256="?([A-Za-z0-9+/=]+)"?`)
+
+func loggedSPKI(line string) string {
+	if m := spkiField.FindStringSubmatch(line); m != nil {
+		return m[1]
+	}
+	return ""
+}
 
 // pinnedKey returns the SPKI hash the daemon logs, after checking it against the
 // certificate file in its state directory.
@@ -45,7 +53,6 @@ func pinnedKey(t *testing.T, d *Daemon, stateDir string) string {
 	if !ok {
 		t.Fatal("the daemon logged no certificate fingerprint")
 	}
-	logged := spkiField.FindStringSubmatch(line)
 	b, err := os.ReadFile(filepath.Join(stateDir, "dashboard-tls.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +67,7 @@ func pinnedKey(t *testing.T, d *Daemon, stateDir string) string {
 	}
 	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
 	want := base64.StdEncoding.EncodeToString(sum[:])
-	if logged == nil || logged[1] != want {
+	if loggedSPKI(line) != want {
 		t.Fatalf("logged %q, want spkiSHA256=%s", line, want)
 	}
 	return want
@@ -178,7 +185,7 @@ func allowListOutlivesModes(t *testing.T, l *Lab, d *Daemon, args []string, spki
 	if _, ok := d.LogLine("dashboard TLS certificate generated"); ok {
 		t.Error("a second start generated a new certificate")
 	}
-	if line, _ := d.LogLine("dashboard TLS certificate: pin it"); !strings.Contains(line, "spkiSHA256="+spki) {
+	if line, _ := d.LogLine("dashboard TLS certificate: pin it"); loggedSPKI(line) != spki {
 		t.Errorf("after the restart: %q, want the same key %s", line, spki)
 	}
 	if !has() {
