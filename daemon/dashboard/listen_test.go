@@ -66,15 +66,8 @@ func TestPlainHTTPRefusedOffLoopback(t *testing.T) {
 	}
 	t.Logf("plain HTTP to the TLS bind got %q", firstLine(string(answer)))
 
-	req, _ := http.NewRequest(http.MethodGet, "https://"+url, nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"firmware"`) {
+	resp, body := getBearer(t, client, "https://"+url, testToken)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"firmware"`) {
 		t.Errorf("HTTPS GET /api/state: %d %q", resp.StatusCode, body)
 	}
 	if resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
@@ -86,6 +79,20 @@ func TestPlainHTTPRefusedOffLoopback(t *testing.T) {
 		conn.Close()
 		t.Error("a TLS 1.1 handshake succeeded")
 	}
+}
+
+// getBearer GETs url with the token in an Authorization header.
+func getBearer(t *testing.T, client *http.Client, url, token string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
 }
 
 func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return strings.TrimSpace(l) }
@@ -140,18 +147,11 @@ func TestTokenNeverInLogTail(t *testing.T) {
 		resp.Body.Close()
 	}
 	log.Info("a line after the requests")
-	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/api/logs", port), nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tail, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(tail), "dashboard token generated") || !strings.Contains(string(tail), "a line after the requests") {
+	_, tail := getBearer(t, client, fmt.Sprintf("https://127.0.0.1:%d/api/logs", port), token)
+	if !strings.Contains(tail, "dashboard token generated") || !strings.Contains(tail, "a line after the requests") {
 		t.Errorf("/api/logs lacks the daemon's lines:\n%s", tail)
 	}
-	if strings.Contains(string(tail), token) {
+	if strings.Contains(tail, token) {
 		t.Errorf("/api/logs serves the token:\n%s", tail)
 	}
 	if strings.Contains(string(d.hub.Snapshot()), token) {
