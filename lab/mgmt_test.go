@@ -163,8 +163,8 @@ func mgmtPlaneRefusals(t *testing.T, l *Lab, token, spki string) {
 }
 
 // allowListOutlivesModes: the table stays when the daemon stops and when it comes back in
-// another proxy mode (which removes the first mode's rules), the certificate is reused, and
-// `edgegate --cleanup` removes the table.
+// another proxy mode (which removes the first mode's rules), the certificate is reused, the
+// daemon refuses outsiders without the table too, and `edgegate --cleanup` removes it.
 func allowListOutlivesModes(t *testing.T, l *Lab, d *Daemon, args []string, spki string) {
 	t.Helper()
 	d.Stop(t)
@@ -194,7 +194,17 @@ func allowListOutlivesModes(t *testing.T, l *Lab, d *Daemon, args []string, spki
 	if code, _, err := fetchPinned(l.Client, "https://"+NodeIPv4.String()+"/api/state", spki, ""); err != nil || code != http.StatusUnauthorized {
 		t.Errorf("the dashboard after the restart in iptables mode: %d %v", code, err)
 	}
+	// Without the kernel's table the daemon still refuses client-2: it closes the
+	// connection before the TLS handshake.
+	l.Exec(t, l.Gateway, "nft", "delete", "table", "inet", "edgegate-mgmt")
+	if code, _, err := fetchPinned(l.Client2, "https://"+NodeIPv4.String()+"/api/state", spki, ""); err == nil {
+		t.Errorf("client-2 (outside the allow-list) was answered %d once the kernel's table was gone", code)
+	} else {
+		t.Logf("client-2 without the kernel's table: %v", err)
+	}
 	d.Stop(t)
+	// The table back (empty) for --cleanup to find: it removes it whatever it holds.
+	l.Exec(t, l.Gateway, "nft", "add", "table", "inet", "edgegate-mgmt")
 	out := l.Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
 	if has() {
 		t.Errorf("edgegate --cleanup (%s) left table inet edgegate-mgmt", strings.TrimSpace(out))
