@@ -80,6 +80,11 @@ func ParseCIDRs(field string, cidrs []string) ([]netip.Prefix, error) {
 			errs = append(errs, fmt.Errorf("%s: %q: %w", field, s, err))
 			continue
 		}
+		// An IPv4-mapped prefix means the IPv4 one: IPv4 packets and sockets' IPv4
+		// peers carry no mapping.
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
 		out = append(out, p.Masked())
 	}
 	return out, errors.Join(errs...)

@@ -197,7 +197,7 @@ func TestResolveBinds(t *testing.T) {
 }
 
 func TestAllowList(t *testing.T) {
-	allowed, err := ParseCIDRs("--dashboard-allowed-cidrs", []string{"10.200.1.0/24", "fd00:200:1::/64"})
+	allowed, err := ParseCIDRs("--dashboard-allowed-cidrs", []string{"::ffff:10.200.1.0/120", "fd00:200:1::/64"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,10 +126,7 @@ func inputRules(r Rules) [][]expr.Any {
 func allowRules(r Rules) [][]expr.Any {
 	var out [][]expr.Any
 	for _, p := range r.Allowed {
-		is6 := p.Addr().Is6() && !p.Addr().Is4In6()
-		if p.Addr().Is4In6() {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
+		is6 := p.Addr().Is6()
 		e := append(family(is6), addrMatch(is6, true, p)...)
 		out = append(out, append(e, &expr.Verdict{Kind: expr.VerdictAccept}))
 	}
