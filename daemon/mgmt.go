@@ -128,7 +128,11 @@ func programAllowList(k *mgmt.Kernel, plane dashboard.Plane, log *slog.Logger) {
 	if err == nil {
 		err = k.Apply(mgmt.Rules{Endpoints: eps, Allowed: plane.Allowed})
 	}
-	if err != nil {
+	switch {
+	case err != nil && len(eps) == 0:
+		log.Warn("an earlier dashboard allow-list table could not be removed", "table", "inet "+mgmt.TableName, "err", err)
+		return
+	case err != nil:
 		log.Error("dashboard allow-list not in the kernel; the daemon still refuses other sources", "err", err)
 		return
 	}
