@@ -53,9 +53,9 @@ type joined struct {
 }
 
 // join builds the cluster mode's components; nothing talks to the API server before run.
-// changed is called when the tracker's contents changed.
+// changed is called when the tracker's contents changed; annotations are kept on the Node.
 func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), health *healthz.Server,
-	dr *drains, m *metrics.Metrics, log *slog.Logger) (*joined, error) {
+	dr *drains, m *metrics.Metrics, annotations map[string]string, log *slog.Logger) (*joined, error) {
 	rc, err := cfg.clusterConfig().RESTConfig()
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), h
 		ips = append(ips, netip.MustParseAddr(s)) // validated with the configuration
 	}
 	j.member = node.NewMember(memberClient, node.Config{
-		Name: nodeName, Zone: cfg.Zone, Region: cfg.Region, InternalIPs: ips, Version: version,
+		Name: nodeName, Zone: cfg.Zone, Region: cfg.Region, InternalIPs: ips, Version: version, Annotations: annotations,
 	}, j.programmed.Load, log.With("component", "node"))
 	dr.follow(j.member.SetDraining)
 

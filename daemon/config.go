@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/daemon/listener"
@@ -68,13 +69,24 @@ type Config struct {
 	StateDir string `json:"stateDir"`
 	Region   string `json:"region"`
 
-	// The dashboard: where it listens (empty disables it) and the file of its access token
-	// (default: one generated in StateDir at first start).
+	// The dashboard and operator API: where it listens (empty disables it; host "node-ip"
+	// stands for each NodeIPs address) and the file of its access token (default: one
+	// generated in StateDir at first start).
 	DashboardBindAddress string `json:"dashboardBindAddress"`
 	DashboardTokenFile   string `json:"dashboardTokenFile"`
 	// Listeners caps the connections of each HTTP listener: healthz, metrics, the
 	// dashboard, and the health-check node ports together.
 	Listeners ListenerConfiguration `json:"listeners"`
+	// Its TLS certificate and key (PEM); default: a pair generated in StateDir at first
+	// start. Every address but loopback speaks TLS only.
+	DashboardTLSCertFile       string `json:"dashboardTLSCertFile"`
+	DashboardTLSPrivateKeyFile string `json:"dashboardTLSPrivateKeyFile"`
+	// DashboardAllowedCIDRs are the sources it answers (besides loopback and the gateway
+	// itself), enforced in the kernel and in the daemon.
+	DashboardAllowedCIDRs []string `json:"dashboardAllowedCIDRs"`
+	// DashboardOnLBInterfaces lets "node-ip" include a node IP on an interface that carries
+	// LoadBalancer pools (the client side), which it otherwise leaves out.
+	DashboardOnLBInterfaces bool `json:"dashboardOnLBInterfaces"`
 
 	Cleanup bool `json:"-"`
 	Version bool `json:"-"`
@@ -202,9 +214,11 @@ func defaults() Config {
 		Conntrack: ConntrackConfiguration{MaxPerCore: conntrack.DefaultTuning.MaxPerCore, Min: conntrack.DefaultTuning.Min,
 			TCPEstablishedTimeout: Duration{conntrack.DefaultTuning.TCPEstablished}, TCPCloseWaitTimeout: Duration{conntrack.DefaultTuning.TCPCloseWait}},
 
-		// Port 80 on every address: the firmware has one management NIC, and operators
-		// narrow it to that NIC's address in the configuration.
-		DashboardBindAddress: ":80",
+		// The node's own addresses, in TLS, answering the private ranges: never every
+		// interface of a gateway whose other side is the internet.
+		DashboardBindAddress: dashboard.NodeIPHost + ":443",
+		// A copy: decoding a configuration file writes into the slice it finds.
+		DashboardAllowedCIDRs: slices.Clone(dashboard.DefaultAllowedCIDRs),
 		Listeners: ListenerConfiguration{MaxConnectionsPerSource: listener.Default.MaxConnsPerSource,
 			MaxConnections: listener.Default.MaxConns},
 	}
@@ -273,10 +287,14 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address:port of /healthz and /livez; empty disables")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address:port of /metrics; empty disables")
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "serve Go's profiles at /debug/pprof/ on the metrics address (CPU, heap: where a sync's time and memory go)")
-	fs.StringVar(&c.DashboardBindAddress, "dashboard-bind-address", c.DashboardBindAddress, "address:port of the dashboard and operator API (never a NodePort-range port); empty disables")
+	fs.StringVar(&c.DashboardBindAddress, "dashboard-bind-address", c.DashboardBindAddress, "address:port of the dashboard and operator API (never a NodePort-range port): TLS but on loopback; node-ip:PORT is each --node-ip not on a LoadBalancer pool's interface (none: 127.0.0.1); empty disables")
 	fs.StringVar(&c.DashboardTokenFile, "dashboard-token-file", c.DashboardTokenFile, "file holding the dashboard's access token; default: generated at first start into --state-dir")
 	fs.IntVar(&c.Listeners.MaxConnectionsPerSource, "listener-max-connections-per-source", c.Listeners.MaxConnectionsPerSource, "connections one source address may hold open to each HTTP listener (healthz, metrics, dashboard, the health-check node ports together); more are closed at once")
 	fs.IntVar(&c.Listeners.MaxConnections, "listener-max-connections", c.Listeners.MaxConnections, "connections each HTTP listener holds open in all; more are closed at once")
+	fs.StringVar(&c.DashboardTLSCertFile, "dashboard-tls-cert-file", c.DashboardTLSCertFile, "PEM certificate of the dashboard's TLS (with --dashboard-tls-private-key-file); default: a self-signed one generated at first start into --state-dir")
+	fs.StringVar(&c.DashboardTLSPrivateKeyFile, "dashboard-tls-private-key-file", c.DashboardTLSPrivateKeyFile, "PEM private key of --dashboard-tls-cert-file")
+	fs.Var(listFlag{&c.DashboardAllowedCIDRs}, "dashboard-allowed-cidrs", "source CIDRs the dashboard answers, comma-separated, enforced in the kernel (table inet edgegate-mgmt) and the daemon; loopback and the gateway itself always; empty: those only")
+	fs.BoolVar(&c.DashboardOnLBInterfaces, "dashboard-on-lb-interfaces", c.DashboardOnLBInterfaces, "with --dashboard-bind-address node-ip:PORT, also listen on a node IP of an interface that carries LoadBalancer pools")
 	fs.Var(listFlag{&c.NodePortAddresses}, "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")
 	fs.Var(listFlag{&c.ClusterCIDRs}, "cluster-cidr", "pod CIDRs, comma-separated; ClusterIP traffic from outside them is masqueraded")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to ClusterIPs")
@@ -388,6 +406,12 @@ func (c *Config) validate() error {
 	if err := validDashboardAddress(c.DashboardBindAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--dashboard-bind-address (dashboardBindAddress): %w", err))
 	}
+	if _, err := dashboard.ParseCIDRs("--dashboard-allowed-cidrs (dashboardAllowedCIDRs)", c.DashboardAllowedCIDRs); err != nil {
+		errs = append(errs, err)
+	}
+	if (c.DashboardTLSCertFile == "") != (c.DashboardTLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("--dashboard-tls-cert-file (dashboardTLSCertFile) and --dashboard-tls-private-key-file (dashboardTLSPrivateKeyFile): set both or neither"))
+	}
 	for _, v := range []struct {
 		name string
 		bad  bool
@@ -456,8 +480,8 @@ func (c *Config) validLoadBalancer() []error {
 // NodePort range: the dashboard must not take a port a Service may be given.
 const nodePortMin, nodePortMax = 30000, 32767
 
-// validDashboardAddress accepts "" (disabled) or host:port with a port outside the NodePort
-// range.
+// validDashboardAddress accepts "" (disabled) or host:port, host an IP address or
+// node-ip, with a port outside the NodePort range.
 func validDashboardAddress(addr string) error {
 	if addr == "" {
 		return nil
@@ -466,9 +490,9 @@ func validDashboardAddress(addr string) error {
 	if err != nil {
 		return err
 	}
-	if host != "" {
+	if host != "" && host != dashboard.NodeIPHost {
 		if _, err := netip.ParseAddr(host); err != nil {
-			return fmt.Errorf("%q: the host must be an IP address: %w", addr, err)
+			return fmt.Errorf("%q: the host must be an IP address or %s: %w", addr, dashboard.NodeIPHost, err)
 		}
 	}
 	port, err := strconv.Atoi(p)

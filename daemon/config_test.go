@@ -112,8 +112,10 @@ func writeFile(t *testing.T, body string) string {
 
 func TestDashboardConfig(t *testing.T) {
 	c, err := parseConfig(nil)
-	if err != nil || c.DashboardBindAddress != ":80" || c.DashboardTokenFile != "" {
-		t.Fatalf("defaults: %q %q %v; want :80 and a generated token", c.DashboardBindAddress, c.DashboardTokenFile, err)
+	if err != nil || c.DashboardBindAddress != "node-ip:443" || c.DashboardTokenFile != "" || c.DashboardTLSCertFile != "" ||
+		strings.Join(c.DashboardAllowedCIDRs, ",") != "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7,fe80::/10" {
+		t.Fatalf("defaults: %q %q %q %v %v; want node-ip:443, a generated token and certificate, the private ranges",
+			c.DashboardBindAddress, c.DashboardTokenFile, c.DashboardTLSCertFile, c.DashboardAllowedCIDRs, err)
 	}
 	for _, ok := range [][]string{
 		{"--dashboard-bind-address", ""},
@@ -121,6 +123,10 @@ func TestDashboardConfig(t *testing.T) {
 		{"--dashboard-bind-address", "[fd00::1]:443"},
 		{"--state-dir", ""}, // the dashboard then says at start that it has no token
 		{"--config", writeFile(t, "dashboardBindAddress: 127.0.0.1:29999\n")},
+		{"--dashboard-bind-address", "node-ip:8443", "--dashboard-allowed-cidrs", "192.0.2.0/24,2001:db8::/32", "--dashboard-on-lb-interfaces"},
+		{"--dashboard-allowed-cidrs", ""}, // loopback only
+		{"--dashboard-tls-cert-file", "/etc/edgegate/tls.crt", "--dashboard-tls-private-key-file", "/etc/edgegate/tls.key"},
+		{"--config", writeFile(t, "dashboardAllowedCIDRs: [10.1.0.0/16]\ndashboardTLSCertFile: a.crt\ndashboardTLSPrivateKeyFile: a.key\ndashboardOnLBInterfaces: true\n")},
 	} {
 		if _, err := parseConfig(ok); err != nil {
 			t.Errorf("%v: %v", ok, err)
@@ -136,6 +142,12 @@ func TestDashboardConfig(t *testing.T) {
 		{[]string{"--dashboard-bind-address", "gateway.local:80"}, "must be an IP address"},
 		{[]string{"--dashboard-bind-address", "10.0.0.1"}, "--dashboard-bind-address"},
 		{[]string{"--dashboard-bind-address", ":0"}, "not in 1-65535"},
+		{[]string{"--dashboard-bind-address", "node-ip:31000"}, "NodePort range"},
+		// An allow-list entry that does not parse stops the start: skipping it would
+		// change who is let in.
+		{[]string{"--dashboard-allowed-cidrs", "10.0.0.0/8,10.1.2.3"}, `--dashboard-allowed-cidrs (dashboardAllowedCIDRs): "10.1.2.3"`},
+		{[]string{"--config", writeFile(t, "dashboardAllowedCIDRs: [\"010.0.0.0/8\"]\n")}, "dashboardAllowedCIDRs"},
+		{[]string{"--dashboard-tls-cert-file", "/etc/edgegate/tls.crt"}, "set both or neither"},
 	} {
 		_, err := parseConfig(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

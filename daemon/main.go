@@ -27,6 +27,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 	"github.com/edgegate/edgegate/daemon/kernel/kernelview"
+	"github.com/edgegate/edgegate/daemon/kernel/mgmt"
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
@@ -76,6 +77,10 @@ func main() {
 				log.Error("cleanup failed", "mode", d.Mode(), "err", err)
 				failed = true
 			}
+		}
+		if err := (&mgmt.Kernel{}).Cleanup(); err != nil {
+			log.Error("cleanup failed", "table", "inet "+mgmt.TableName, "err", err)
+			failed = true
 		}
 		if failed {
 			os.Exit(1)
@@ -156,12 +161,24 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		return listener.NewGate(name, cfg.Listeners.config(), m, log.With("component", name))
 	}
 	var dash *dashboard.Dashboard // nil when disabled
+	var plane dashboard.Plane
+	var cert *dashboard.Cert // nil without an address off loopback
 	if cfg.DashboardBindAddress != "" {
-		dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Plan: pc, Families: families,
-			NFTPerTable: cfg.NFTables.EndpointsPerTable,
-			Kernel:      kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{}),
-			Gate: gate("dashboard")},
-			cfg.DashboardBindAddress, cfg.DashboardTokenFile, cfg.StateDir, log)
+		if plane, cert, err = managementPlane(cfg, pc.NodeName, log); err != nil {
+			log.Error("dashboard disabled", "err", err)
+		} else {
+			dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Plan: pc, Families: families,
+				NFTPerTable: cfg.NFTables.EndpointsPerTable,
+				Kernel:      kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{}),
+				Gate: gate("dashboard")},
+				plane.Binds, cfg.DashboardTokenFile, cfg.StateDir, log)
+		}
+	}
+	if dash == nil {
+		plane, cert = dashboard.Plane{}, nil
+	}
+	if cert != nil {
+		log.Info("dashboard TLS certificate: pin it", "certSHA256", cert.SHA256, "spkiSHA256", cert.SPKISHA256, "file", cert.CertFile)
 	}
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	dr := newDrains(health.SetDraining)
@@ -197,6 +214,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 			log.Warn("removing the rules of another proxy mode failed", "mode", o.Mode(), "err", err)
 		}
 	}
+	// The management plane's allow-list is no proxy mode's: it is written after the other
+	// modes' cleanup, and removed when the dashboard is off.
+	programAllowList(&mgmt.Kernel{}, plane, log)
 	if dash != nil {
 		dp = dash.Record(dp)
 	}
@@ -239,7 +259,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		r.Trigger()
 	}
 	if cfg.clusterConfig().Enabled() {
-		if cl, err = join(cfg, pc.NodeName, tracker, changed, health, dr, m, log); err != nil {
+		if cl, err = join(cfg, pc.NodeName, tracker, changed, health, dr, m, fingerprintAnnotations(cert), log); err != nil {
 			return err
 		}
 		defer cl.close()
@@ -286,7 +306,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		})
 	}
 	if dash != nil {
-		start("dashboard", func() error { dash.Start(ctx, cfg.DashboardBindAddress); return nil })
+		start("dashboard", func() error { dash.Start(ctx, plane); return nil })
 	}
 	if lbs != nil {
 		if dash != nil {

@@ -123,9 +123,13 @@ func (h *Host) StartDaemon(t testing.TB, args ...string) *Daemon {
 		// daemon keeps its state in the test's.
 		args = append(args, "--state-dir", t.TempDir())
 	}
+	if _, set := flagValue(args, "dashboard-bind-address"); !set {
+		// The dashboard on the gateway's loopback, in plain HTTP, where tests read it
+		// (DashboardURL); the dashboard tests choose its address themselves.
+		args = append(args, "--dashboard-bind-address", "127.0.0.1:80")
+	}
 	if _, set := flagValue(args, "dashboard-token-file"); !set {
-		// The dashboard (on its default address, port 80 of every gateway address) takes
-		// the lab's token, so that tests can read it (DashboardState).
+		// The dashboard takes the lab's token, so that tests can read it (DashboardState).
 		file := filepath.Join(t.TempDir(), "dashboard-token")
 		if err := os.WriteFile(file, []byte(DashboardToken+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -260,12 +264,12 @@ func flagValue(args []string, name string) (string, bool) {
 // a --dashboard-token-file of its own.
 const DashboardToken = "lab-dashboard-token-0123456789"
 
-// DashboardURL is the dashboard of a daemon on its default address, seen from inside the
-// gateway.
+// DashboardURL is the dashboard of a daemon StartDaemon started without a
+// --dashboard-bind-address, seen from inside the gateway.
 const DashboardURL = "http://127.0.0.1:80/"
 
 // DashboardState reads the state the daemon's dashboard pushes to its pages (GET
-// /api/state, on the default address with DashboardToken) into v.
+// /api/state, on DashboardURL with DashboardToken) into v.
 func (l *Lab) DashboardState(v any) error { return l.Gateway.DashboardState(v) }
 
 // DashboardState reads the state the dashboard of the daemon in h's namespace pushes.

@@ -14,16 +14,13 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 )
 
-// dashboardToken is the browser test's token (its own --dashboard-token-file).
-const dashboardToken = "lab-browser-token-9876543210"
-
 // browserWait bounds every wait for the page: a broken page fails instead of hanging. It
 // is a failure bound, not a measurement; the figures are logged.
 const browserWait = 20 * time.Second
 
 // browser starts headless Chromium inside h's namespace (through `ip netns exec`, which
 // keeps chromedp's pipe descriptors) and returns a chromedp context for one tab.
-func browser(t *testing.T, h *Host) context.Context {
+func browser(t *testing.T, h *Host, flags ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -34,7 +31,7 @@ func browser(t *testing.T, h *Host) context.Context {
 		cannotBuild(t, "the browser tier needs ip(8) to start chromium in a lab namespace: "+err.Error())
 	}
 	var output strings.Builder
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	opts := append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1000, 1400), chromedp.Flag("no-proxy-server", true),
@@ -43,7 +40,8 @@ func browser(t *testing.T, h *Host) context.Context {
 			// The browser must live in the lab: its traffic never leaves the namespaces.
 			cmd.Args = append([]string{"ip", "netns", "exec", h.NS, cmd.Path}, cmd.Args[1:]...)
 			cmd.Path = ipPath
-		}))
+		})}, flags...)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(alloc)
 	t.Cleanup(func() {
 		cancelTab()
@@ -85,31 +83,38 @@ func backendConnections(t *testing.T, ctx context.Context) map[string]int {
 		`Object.fromEntries([...document.querySelectorAll("tr.endpoint")].map(r => [r.dataset.ep, Number(r.dataset.conns)]))`))
 }
 
-// TestDashboardInBrowser starts the daemon with its dashboard on the node address and
-// drives the page from headless Chromium in client-1, the operator's side of the gateway.
+// TestDashboardInBrowser starts the daemon with its dashboard on its default address, the
+// node IP's port 443 in TLS, and drives the page from headless Chromium in client-1, the
+// operator's side of the gateway, pinned to the certificate's key as the log prints it.
 func TestDashboardInBrowser(t *testing.T) {
 	l := New(t, Options{Prefix: "egw"})
 	dir := ManifestDir(t.TempDir())
 	web := service("web", []string{"10.96.0.10"}, nodePort(30080))
 	dir.Write(t, "web", manifests(web, slice(web, discovery.AddressTypeIPv4, ready(1, 2, 3))))
-	tokenFile := filepath.Join(t.TempDir(), "dashboard-token")
-	if err := os.WriteFile(tokenFile, []byte(dashboardToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := NodeIPv4.String() + ":80"
-	d := l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)),
-		"--dashboard-bind-address", addr, "--dashboard-token-file", tokenFile,
+	stateDir := t.TempDir()
+	args := append(DaemonArgs("nftables", string(dir)), "--state-dir", stateDir,
+		// The token generated at first start, as on a fresh gateway.
+		"--dashboard-token-file", "", "--dashboard-bind-address", "node-ip:443",
+		"--dashboard-allowed-cidrs", "10.200.1.0/24,fd00:200:1::/64",
 		// A full sync restarts the rule counters (the dashboard carries the counts
 		// over); none is needed here.
-		"--full-sync-period", "5m")...)
-	base := "http://" + addr + "/"
+		"--full-sync-period", "5m")
+	d := l.StartDaemon(t, args...)
+	token := readToken(t, stateDir)
+	spki := pinnedKey(t, d, stateDir)
+	if _, ok := d.LogLine("dashboard token generated", token); !ok {
+		t.Error("the console does not show the generated token")
+	}
+	base := "https://" + NodeIPv4.String() + "/"
+	mgmtPlaneRefusals(t, l, token, spki)
 
-	if code, body, err := l.Client.Fetch(base + "api/state"); err != nil || code != http.StatusUnauthorized {
+	if code, body, err := fetchPinned(l.Client, base+"api/state", spki, ""); err != nil || code != http.StatusUnauthorized {
 		t.Errorf("GET /api/state without a token from client-1: %d %q %v, want 401", code, body, err)
 	}
-	ctx := browser(t, l.Client)
+	unpinnedBrowserRefused(t, browser(t, l.Client), base+"?token="+token)
+	ctx := browser(t, l.Client, chromedp.Flag("ignore-certificate-errors-spki-list", spki))
 
-	do(t, ctx, "open the page with a wrong token", chromedp.Navigate(base+"?token=wrong-"+dashboardToken))
+	do(t, ctx, "open the page with a wrong token", chromedp.Navigate(base+"?token=wrong-"+token))
 	body := value(t, ctx, "read the refusal", chromedp.Text(chromedp.CSS("body")))
 	if !strings.Contains(body, "wrong token") {
 		t.Errorf("page with a wrong token shows %q, want it refused", body)
@@ -117,11 +122,11 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	const svc = `div.service[data-service="matrix/web:p"]`
 	do(t, ctx, "open the page with the token and see matrix/web with three endpoints",
-		chromedp.Navigate(base+"?token="+dashboardToken),
+		chromedp.Navigate(base+"?token="+token),
 		chromedp.WaitVisible(chromedp.CSS(svc+`[data-endpoints="3"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#link[data-state="live"]`)))
 	url := value(t, ctx, "read the address bar", chromedp.Location())
-	if strings.Contains(url, dashboardToken) {
+	if strings.Contains(url, token) {
 		t.Errorf("the token stays in the address bar: %s", url)
 	}
 	before := backendConnections(t, ctx)
@@ -200,7 +205,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", abs, len(shot))
 
 	for _, path := range []string{"api/nft", "api/conntrack?q=dst=10.96.0.10&q=sport=8080", "api/network?format=text", "api/logs?n=5"} {
-		code, body, err := l.Client.Fetch(base + path + sep(path) + "token=" + dashboardToken)
+		code, body, err := fetchPinned(l.Client, base+path+sep(path)+"token="+token, spki, "")
 		if err != nil || code != http.StatusOK || body == "" {
 			t.Errorf("GET %s: %d %v", path, code, err)
 			continue
@@ -211,6 +216,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 		}
 	}
+	// The page was opened with ?token= and every view above carried it: none of it, nor
+	// the generated token's own line, reached the tail the dashboard serves.
+	code, logs, err := fetchPinned(l.Client, base+"api/logs", spki, token)
+	if err != nil || code != http.StatusOK || !strings.Contains(logs, "dashboard token generated") {
+		t.Errorf("GET /api/logs: %d %v\n%s", code, err, logs)
+	}
+	if strings.Contains(logs, token) {
+		t.Errorf("/api/logs serves the token:\n%s", logs)
+	}
+	allowListOutlivesModes(t, l, d, args, spki)
 }
 
 func sep(path string) string {

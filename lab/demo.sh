@@ -293,14 +293,21 @@ if [[ $GATEWAY == firmware ]]; then
 	grep -aE 'EDGEGATE-|msg="persistent' "$GATEWAY_LOG" | sed 's/^.*EDGEGATE-/EDGEGATE-/; s/^/  /' | head -20
 fi
 
-# The dashboard, on the gateway's port 80, brought to the host's loopback: egdemo listens on
-# 127.0.0.1 and opens each connection from inside the client's namespace.
-"$EGDEMO" forward -listen "127.0.0.1:$DASHBOARD_PORT" -netns "$CLIENT" -to 10.200.1.1:80 >"$WORK/forward.log" 2>&1 &
+# The dashboard, on the gateway's node IP in TLS (port 443), brought to the host's loopback:
+# egdemo listens on 127.0.0.1 and opens each connection from inside the client's namespace,
+# TLS passes through untouched. The certificate is the gateway's own, generated at its
+# first start: the browser and curl pin its key as the gateway's console printed it.
+"$EGDEMO" forward -listen "127.0.0.1:$DASHBOARD_PORT" -netns "$CLIENT" -to 10.200.1.1:443 >"$WORK/forward.log" 2>&1 &
 PIDS+=($!)
-DASHBOARD_URL="http://127.0.0.1:$DASHBOARD_PORT/?token=$DASHBOARD_TOKEN"
+DASHBOARD_URL="https://127.0.0.1:$DASHBOARD_PORT/?token=$DASHBOARD_TOKEN"
+SPKI=$(sed -n 's/.*dashboard TLS certificate: pin it.*spkiSHA256="\{0,1\}\([A-Za-z0-9+/=]*\).*/\1/p' "$GATEWAY_LOG" | tail -1)
+CERT_SHA256=$(sed -n 's/.*dashboard TLS certificate: pin it.*certSHA256=\([0-9A-F:]*\).*/\1/p' "$GATEWAY_LOG" | tail -1)
 dashboard_ok=0
 for _ in $(seq 50); do
-	if state=$(curl -s --max-time 2 -H "Authorization: Bearer $DASHBOARD_TOKEN" "http://127.0.0.1:$DASHBOARD_PORT/api/state"); then
+	# -k skips the CA check (no CA vouches for a gateway's own certificate); the pin
+	# still binds the connection to the key the console printed.
+	if [[ -n $SPKI ]] && state=$(curl -sf --max-time 2 -k --pinnedpubkey "sha256//$SPKI" \
+		-H "Authorization: Bearer $DASHBOARD_TOKEN" "https://127.0.0.1:$DASHBOARD_PORT/api/state"); then
 		dashboard_ok=1
 		break
 	fi
@@ -309,9 +316,12 @@ done
 echo
 if ((dashboard_ok)); then
 	echo "demo: the dashboard: $DASHBOARD_URL"
-	echo "      (token $DASHBOARD_TOKEN; /api/state answered with ${#state} bytes)"
+	echo "      (token $DASHBOARD_TOKEN; /api/state answered with ${#state} bytes over TLS pinned to the gateway's key)"
+	echo "      certificate SHA-256 $CERT_SHA256"
+	echo "      key (SPKI) SHA-256  $SPKI"
+	echo "      chromium --user-data-dir=\$(mktemp -d) --ignore-certificate-errors-spki-list=$SPKI '$DASHBOARD_URL'"
 else
-	echo "demo: the dashboard did not answer on 127.0.0.1:$DASHBOARD_PORT; the forwarder's log:" >&2
+	echo "demo: the dashboard did not answer over TLS on 127.0.0.1:$DASHBOARD_PORT (pinned key: ${SPKI:-none in the gateway log}); the forwarder's log:" >&2
 	cat "$WORK/forward.log" >&2
 	failures=$((failures + 1))
 fi

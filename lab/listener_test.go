@@ -60,13 +60,15 @@ func TestListenerAbuse(t *testing.T) {
 	dir := ManifestDir(t.TempDir())
 	local := service("abuse-local", []string{"10.96.30.1"}, loadBalancer(30310, "203.0.113.31"), externalLocal(30410))
 	dir.Write(t, "abuse-local", manifests(local, slice(local, discovery.AddressTypeIPv4, ready(1, 2, 3))))
-	d := l.StartDaemon(t, DaemonArgs("nftables", string(dir))...)
+	// The dashboard on every address in TLS (the lab's default is plain HTTP on loopback,
+	// out of the clients' reach): the gate counts connections before their handshake.
+	d := l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)), "--dashboard-bind-address", ":443")...)
 
 	loopback := netip.MustParseAddr("127.0.0.1")
 	targets := []*abused{
 		{name: "healthz", flood: l.Client, floodTo: "10.200.1.1:10256", slow: l.Client2, slowTo: "10.200.3.1:10256"},
 		{name: "healthcheck", flood: l.Client, floodTo: "10.200.1.1:30410", slow: l.Client2, slowTo: "10.200.3.1:30410"},
-		{name: "dashboard", flood: l.Client, floodTo: "10.200.1.1:80", slow: l.Client2, slowTo: "10.200.3.1:80"},
+		{name: "dashboard", flood: l.Client, floodTo: "10.200.1.1:443", slow: l.Client2, slowTo: "10.200.3.1:443"},
 		// Metrics answer on loopback only: the clients are in the daemon's namespace, on
 		// loopback addresses of their own, so the test's scrapes from 127.0.0.1 still count
 		// as another source.

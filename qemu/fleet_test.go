@@ -161,6 +161,7 @@ func TestFleetRollout(t *testing.T) {
 // the cluster under TCG) and the data partition's (the cluster, the gateway's name).
 const (
 	fleetImageConfig = `dashboardTokenFile: /var/lib/edgegate/dashboard-token
+dashboardBindAddress: 0.0.0.0:443
 update:
   trialTimeout: 3m
 `
@@ -169,6 +170,7 @@ tokenFile: /var/lib/edgegate/token
 caFile: /var/lib/edgegate/ca.crt
 hostnameOverride: %s
 dashboardTokenFile: /var/lib/edgegate/dashboard-token
+dashboardBindAddress: 0.0.0.0:443
 update:
   trialTimeout: 3m
   drainSettle: 2s

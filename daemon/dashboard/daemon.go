@@ -2,18 +2,29 @@ package dashboard
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
+// Plane is where and how the management plane is served: its addresses, its TLS (every
+// address but loopback) and the sources it answers.
+type Plane struct {
+	Binds   []Bind
+	TLS     *tls.Config
+	Allowed []netip.Prefix
+}
+
 // ForDaemon is the daemon's wiring: it loads the token (generating one in stateDir at first
-// start, shown once in the log and so on the firmware console) and returns the dashboard
-// with a logger that also feeds its log tail. Without a token it returns a nil dashboard and
-// the daemon's logger: the proxy runs on without its dashboard.
-func ForDaemon(o Options, addr, tokenFile, stateDir string, log *slog.Logger) (*Dashboard, *slog.Logger) {
+// start) and returns the dashboard with a logger that also feeds its log tail. A generated
+// token is written to console only, the daemon's own handler, never to the tail that
+// /api/logs and the websocket serve. Without a token it returns a nil dashboard and the
+// daemon's logger: the proxy runs on without its dashboard.
+func ForDaemon(o Options, binds []Bind, tokenFile, stateDir string, log *slog.Logger) (*Dashboard, *slog.Logger) {
 	token, path, generated, err := LoadToken(tokenFile, stateDir)
 	if err != nil {
 		log.Error("dashboard disabled: no access token", "err", err)
@@ -21,36 +32,55 @@ func ForDaemon(o Options, addr, tokenFile, stateDir string, log *slog.Logger) (*
 	}
 	o.Token = token
 	d := New(o)
+	console := log.With("component", "dashboard")
 	log = slog.New(d.LogHandler(log.Handler()))
 	d.opts.Log = log.With("component", "dashboard")
 	if generated {
-		d.opts.Log.Info("dashboard token generated; open the dashboard with it", "url", "http://"+displayAddr(addr)+"/?token="+token, "file", path)
+		url := ""
+		if len(binds) > 0 {
+			url = displayURL(binds[0]) + "?token=" + token
+		}
+		console.Info("dashboard token generated; open the dashboard with it (shown on the console only)", "url", url, "file", path)
+		d.opts.Log.Info("dashboard token generated; the console shows it", "file", path)
 	} else {
 		d.opts.Log.Info("dashboard token loaded", "file", path)
 	}
 	return d, log
 }
 
-// displayAddr names a listen address the way a browser reaches it.
-func displayAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
-		return addr
+// displayURL names a bind the way a browser reaches it.
+func displayURL(b Bind) string {
+	scheme := "https://"
+	if b.Loopback() {
+		scheme = "http://"
 	}
-	return net.JoinHostPort("<management address>", port)
+	host, port, err := net.SplitHostPort(b.Addr)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return scheme + b.Addr + "/"
+	}
+	return scheme + net.JoinHostPort("<management address>", port) + "/"
 }
 
-// Start serves the dashboard on addr and runs its samplers until ctx ends. A dashboard that
-// cannot listen logs why and leaves the daemon running: rules matter more than the view.
-func (d *Dashboard) Start(ctx context.Context, addr string) {
+// Start serves the dashboard on the plane's addresses and runs its samplers until ctx
+// ends. An address that cannot be served is logged and leaves the daemon running: rules
+// matter more than the view.
+func (d *Dashboard) Start(ctx context.Context, p Plane) {
 	var wg sync.WaitGroup
 	wg.Go(func() { d.Run(ctx) })
-	if err := d.Serve(ctx, addr); err != nil {
-		d.opts.Log.Error("dashboard not served; the proxy carries on", "addr", addr, "err", err)
-	} else {
-		d.opts.Log.Debug("dashboard stopped")
+	for _, b := range p.Binds {
+		wg.Go(func() {
+			ln, err := Listen(b, p.TLS, p.Allowed, d.opts.Gate, d.opts.Log)
+			if err == nil {
+				d.opts.Log.Info("dashboard listening", "url", displayURL(b))
+				err = d.serve(ctx, ln)
+			}
+			if err != nil {
+				d.opts.Log.Error("dashboard not served; the proxy carries on", "addr", b.Addr, "err", err)
+			}
+		})
 	}
 	wg.Wait()
+	d.opts.Log.Debug("dashboard stopped")
 }
 
 // TrafficFor returns the traffic source of a proxy mode: the nftables mode's rule counters,

@@ -107,7 +107,10 @@ func (d *Dashboard) guard(next http.Handler) http.Handler {
 			return
 		}
 		if from == "query" {
-			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: got, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			// Secure on TLS, which is every address but loopback: the browser never
+			// sends the token in clear.
+			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: got, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+				SameSite: http.SameSiteStrictMode})
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -364,22 +367,19 @@ func (d *Dashboard) baseContext(ctx context.Context) func(net.Listener) context.
 	return func(net.Listener) context.Context { return ctx }
 }
 
-// Serve runs the HTTP server on addr until ctx ends.
-func (d *Dashboard) Serve(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
-	}
-	return d.ServeListener(ctx, ln)
+// ServeListener serves on a plain listener the caller opened until ctx ends. Connections
+// pass Options.Gate first. Listen opens the dashboard's own listeners, with the gate
+// between the allow-list and TLS, so that connections are counted before their handshake,
+// which the server bounds by its ReadHeaderTimeout.
+func (d *Dashboard) ServeListener(ctx context.Context, ln net.Listener) error {
+	return d.serve(ctx, d.opts.Gate.Listen(ln))
 }
 
-// ServeListener is Serve on a listener the caller opened. Connections pass Options.Gate
-// first; a TLS listener belongs between the gate and the server, so that connections are
-// counted before their handshake, which the server bounds by its ReadHeaderTimeout.
-func (d *Dashboard) ServeListener(ctx context.Context, ln net.Listener) error {
+// serve serves on a listener that passes Options.Gate already (see Listen).
+func (d *Dashboard) serve(ctx context.Context, ln net.Listener) error {
 	srv := d.opts.Gate.Server(d.Handler())
 	srv.BaseContext = d.baseContext(ctx)
-	if err := listener.Serve(ctx, srv, d.opts.Gate.Listen(ln)); err != nil {
+	if err := listener.Serve(ctx, srv, ln); err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
 	return nil

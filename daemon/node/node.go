@@ -26,6 +26,11 @@ const (
 	// VersionAnnotation carries the firmware/daemon version (nodeInfo.kubeProxyVersion is
 	// deprecated and dropped by current API servers).
 	VersionAnnotation = "edgegate.dev/version"
+	// DashboardCertAnnotation and DashboardSPKIAnnotation publish the dashboard's TLS
+	// certificate SHA-256 and public key (SPKI) SHA-256, so an operator can pin them
+	// without trusting the network they reach the gateway through.
+	DashboardCertAnnotation = "edgegate.dev/dashboard-cert-sha256"
+	DashboardSPKIAnnotation = "edgegate.dev/dashboard-spki-sha256"
 )
 
 // Condition reasons on the Ready condition.
@@ -53,6 +58,9 @@ type Config struct {
 	InternalIPs []netip.Addr
 	// Version is the firmware/daemon version.
 	Version string
+	// Annotations are more annotations the gateway keeps on its Node (the dashboard's
+	// fingerprints); an empty value removes the key.
+	Annotations map[string]string
 	// KernelVersion is reported in nodeInfo; empty means uname -r.
 	KernelVersion string
 	// LeaseDuration, RenewInterval and StatusInterval default to kubelet's: a 40 s lease
@@ -119,6 +127,17 @@ func reconcileNode(n *v1.Node, c Config) bool {
 	if n.Annotations[VersionAnnotation] != c.Version {
 		n.Annotations[VersionAnnotation] = c.Version
 		changed = true
+	}
+	for k, v := range c.Annotations {
+		cur, ok := n.Annotations[k]
+		switch {
+		case v == "" && ok:
+			delete(n.Annotations, k)
+			changed = true
+		case v != "" && cur != v:
+			n.Annotations[k] = v
+			changed = true
+		}
 	}
 	want := c.taint()
 	if !slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.MatchTaint(&want) }) {

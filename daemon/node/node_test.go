@@ -69,6 +69,27 @@ func TestReconcileNodeKeepsOthers(t *testing.T) {
 	}
 }
 
+// TestFingerprintAnnotations: the dashboard's fingerprints are published, replaced when
+// they change, and removed when the dashboard has none (an empty value).
+func TestFingerprintAnnotations(t *testing.T) {
+	c := testConfig()
+	c.Annotations = map[string]string{DashboardCertAnnotation: "AB:CD", DashboardSPKIAnnotation: "q83v"}
+	n := newNode(c)
+	if n.Annotations["edgegate.dev/dashboard-cert-sha256"] != "AB:CD" || n.Annotations["edgegate.dev/dashboard-spki-sha256"] != "q83v" {
+		t.Errorf("annotations %v, want the fingerprints", n.Annotations)
+	}
+	if reconcileNode(n, c) {
+		t.Error("a second reconcile reports a change")
+	}
+	c.Annotations = map[string]string{DashboardCertAnnotation: "", DashboardSPKIAnnotation: ""}
+	if !reconcileNode(n, c) || len(n.Annotations) != 1 {
+		t.Errorf("without a certificate: annotations %v, want the version only", n.Annotations)
+	}
+	if reconcileNode(n, c) {
+		t.Error("removing absent annotations reports a change")
+	}
+}
+
 func TestSetStatus(t *testing.T) {
 	c := testConfig()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

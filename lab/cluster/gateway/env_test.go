@@ -138,6 +138,8 @@ func (e *env) daemonArgs() []string {
 		"--min-sync-period", "100ms",
 		"--sync-period", "30s",
 		"--full-sync-period", "2s",
+		// The dashboard on its default address, in TLS: its fingerprints go on the Node.
+		"--dashboard-bind-address", "node-ip:443",
 	}
 }
 

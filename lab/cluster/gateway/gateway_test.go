@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/node"
 	"github.com/edgegate/edgegate/daemon/source/cache"
 	"github.com/edgegate/edgegate/lab"
@@ -131,6 +135,25 @@ func gatewayNode(t *testing.T, e *env) {
 	}
 	if got := n.Annotations[node.VersionAnnotation]; got != e.version {
 		t.Errorf("node %s: annotation %s = %q, want %q (edgegate --version)", n.Name, node.VersionAnnotation, got, e.version)
+	}
+	// The dashboard's fingerprints, published for an operator to pin, are those of the
+	// certificate the gateway generated in its state directory.
+	b, err := os.ReadFile(filepath.Join(e.stateDir, dashboard.CertFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", dashboard.CertFileName)
+	}
+	certSum, spki, err := dashboard.Fingerprints(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"edgegate.dev/dashboard-cert-sha256": certSum, "edgegate.dev/dashboard-spki-sha256": spki} {
+		if got := n.Annotations[k]; got != want {
+			t.Errorf("node %s: annotation %s = %q, want %q", n.Name, k, got, want)
+		}
 	}
 	for _, ip := range []netip.Addr{lab.NodeIPv4, lab.NodeIPv6} {
 		if !slices.Contains(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()}) {
