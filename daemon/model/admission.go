@@ -61,7 +61,6 @@ type Admission struct {
 
 	mu         sync.Mutex
 	good       map[ServiceName]*v1.Service
-	refused    map[ServiceName]bool
 	goodSlices map[sliceKey]*discovery.EndpointSlice
 	// reported holds the resourceVersion of each object's last reported rejection.
 	reported map[reportKey]string
@@ -77,7 +76,7 @@ type reportKey struct {
 func NewAdmission(t *Tracker, report func(Rejection)) *Admission {
 	return &Admission{
 		t: t, report: report,
-		good: map[ServiceName]*v1.Service{}, refused: map[ServiceName]bool{},
+		good:       map[ServiceName]*v1.Service{},
 		goodSlices: map[sliceKey]*discovery.EndpointSlice{}, reported: map[reportKey]string{},
 	}
 }
@@ -102,7 +101,6 @@ func (a *Admission) admitService(svc *v1.Service) (take, refuse bool) {
 	switch {
 	case len(rejecting) == 0:
 		a.good[n] = svc
-		delete(a.refused, n)
 		if len(closing) > 0 {
 			a.reject(Rejection{Service: svc, Outcome: SourcesClosed, Errs: closing})
 		} else {
@@ -113,7 +111,6 @@ func (a *Admission) admitService(svc *v1.Service) (take, refuse bool) {
 		a.reject(Rejection{Service: svc, Outcome: KeptLastGood, Errs: append(rejecting, closing...)})
 		return false, false
 	default:
-		a.refused[n] = true
 		a.reject(Rejection{Service: svc, Outcome: Refused, Errs: append(rejecting, closing...)})
 		return false, true
 	}
@@ -125,7 +122,6 @@ func (a *Admission) DeleteService(namespace, name string) {
 	defer a.mu.Unlock()
 	n := ServiceName{Namespace: namespace, Name: name}
 	delete(a.good, n)
-	delete(a.refused, n)
 	a.clear("Service", namespace, name)
 	a.t.DeleteService(namespace, name)
 }
@@ -186,11 +182,6 @@ func (a *Admission) Replace(services []*v1.Service, eps []*discovery.EndpointSli
 	for n := range a.good {
 		if !seen[n] {
 			delete(a.good, n)
-		}
-	}
-	for n := range a.refused {
-		if !seen[n] {
-			delete(a.refused, n)
 		}
 	}
 	seenSlices := map[sliceKey]bool{}
