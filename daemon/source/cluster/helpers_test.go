@@ -124,6 +124,7 @@ type started struct {
 func start(t *testing.T, client *fake.Clientset, opts Options, tune func(*Source)) *started {
 	t.Helper()
 	st := &started{sink: newSink(), client: client}
+	copyWatchedObjects(client)
 	opts.Changed = func() { st.changed.Add(1) }
 	opts.NodesChanged = func() { st.nodesChanged.Add(1) }
 	if opts.NodeName == "" {
@@ -145,6 +146,33 @@ func start(t *testing.T, client *fake.Clientset, opts Options, tune func(*Source
 	go func() { defer close(done); src.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return st
+}
+
+// copyWatchedObjects makes the fake clientset's watches deliver copies, as a real
+// apiserver's decoded objects are. client-go's fake tracker (v0.37) hands a new watch the
+// very objects it stores when it replays those newer than the watch's resourceVersion
+// (an update between the informer's list and its watch), and slim edits what it is given:
+// a data race with the tracker's next copy of the same object, seen in TestSourceNodes.
+// It replaces the default reactor, the last of the chain, so a test's own reactors still
+// come first.
+func copyWatchedObjects(client *fake.Clientset) {
+	chain := client.WatchReactionChain
+	chain[len(chain)-1] = &k8stesting.SimpleWatchReactor{Resource: "*", Reaction: func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			if e.Object != nil {
+				e.Object = e.Object.DeepCopyObject()
+			}
+			return e, true
+		}), nil
+	}}
 }
 
 func fastWriter(s *Source) {
