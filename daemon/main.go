@@ -216,7 +216,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 	}
 	// The management plane's allow-list is no proxy mode's: it is written after the other
 	// modes' cleanup, and removed when the dashboard is off.
-	programAllowList(&mgmt.Kernel{}, plane, log)
+	mk := &mgmt.Kernel{}
+	programAllowList(mk, plane, log)
 	if dash != nil {
 		dp = dash.Record(dp)
 	}
@@ -314,6 +315,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		}
 		for name, fn := range lbs.components() {
 			start(name, func() error { return fn(ctx) })
+		}
+		if dash != nil && lbs.watcher != nil && followsClusterPools(cfg) {
+			start("dashboard-addresses", func() error {
+				return followPools(ctx, cfg, lbs.watcher, plane, dash, mk, log.With("component", "dashboard"))
+			})
 		}
 	}
 	health.Updated(time.Now())

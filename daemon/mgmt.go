@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/kernel/mgmt"
+	"github.com/edgegate/edgegate/daemon/lb/alloc"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
 	"github.com/edgegate/edgegate/daemon/node"
 )
@@ -17,32 +21,30 @@ import (
 // certificate, and the kernel's source allow-list in front of it.
 
 // managementPlane resolves the dashboard's addresses and loads its certificate when one of
-// them is off loopback. An error disables the dashboard: never a fallback to plain HTTP.
+// them is off loopback, or may be once the cluster's pools are known. An error disables the
+// dashboard: never a fallback to plain HTTP.
 func managementPlane(cfg Config, nodeName string, log *slog.Logger) (dashboard.Plane, *dashboard.Cert, error) {
-	var nodeIPs []netip.Addr
-	for _, s := range cfg.NodeIPs {
-		nodeIPs = append(nodeIPs, netip.MustParseAddr(s)) // validated with the configuration
-	}
-	skip := func(netip.Addr) string { return "" }
-	if !cfg.DashboardOnLBInterfaces {
-		var err error
-		if skip, err = poolInterfaceOf(cfg.LoadBalancer.PoolsFile); err != nil {
-			return dashboard.Plane{}, nil, err
+	nodeIPs := cfg.nodeIPAddrs()
+	var filePools pool.Pools
+	if cfg.LoadBalancer.PoolsFile != "" && !cfg.DashboardOnLBInterfaces {
+		b, err := os.ReadFile(cfg.LoadBalancer.PoolsFile)
+		if err != nil {
+			return dashboard.Plane{}, nil, fmt.Errorf("--lb-pools-file: %w", err)
+		}
+		if filePools, err = pool.Parse(b); err != nil {
+			return dashboard.Plane{}, nil, fmt.Errorf("--lb-pools-file %s: %w", cfg.LoadBalancer.PoolsFile, err)
 		}
 	}
-	binds, notes, err := dashboard.ResolveBinds(cfg.DashboardBindAddress, nodeIPs, skip)
+	binds, err := dashboardBinds(cfg, filePools, log)
 	if err != nil {
 		return dashboard.Plane{}, nil, err
-	}
-	for _, n := range notes {
-		log.Warn("dashboard: " + n)
 	}
 	allowed, err := dashboard.ParseCIDRs("--dashboard-allowed-cidrs", cfg.DashboardAllowedCIDRs)
 	if err != nil {
 		return dashboard.Plane{}, nil, err
 	}
 	plane := dashboard.Plane{Binds: binds, Allowed: allowed}
-	offLoopback := false
+	offLoopback := followsClusterPools(cfg) && len(nodeIPs) > 0
 	for _, b := range binds {
 		offLoopback = offLoopback || !b.Loopback()
 	}
@@ -65,26 +67,54 @@ func managementPlane(cfg Config, nodeName string, log *slog.Logger) (dashboard.P
 	return plane, &c, nil
 }
 
+// nodeIPAddrs are the --node-ip addresses, validated with the configuration.
+func (c Config) nodeIPAddrs() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range c.NodeIPs {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+// followsClusterPools says the dashboard's node-ip addresses follow the pools of the
+// cluster's ConfigMap (followPools): they leave out what those pools' interfaces carry.
+func followsClusterPools(cfg Config) bool {
+	host, _, err := net.SplitHostPort(cfg.DashboardBindAddress)
+	return err == nil && host == dashboard.NodeIPHost && !cfg.DashboardOnLBInterfaces &&
+		cfg.LoadBalancer.PoolsFile == "" && cfg.LoadBalancer.Announce && cfg.clusterConfig().Enabled()
+}
+
+// dashboardBinds resolves --dashboard-bind-address, leaving out the node IPs on interfaces
+// that carry the pools ps (unless --dashboard-on-lb-interfaces), and logs what it left out.
+func dashboardBinds(cfg Config, ps pool.Pools, log *slog.Logger) ([]dashboard.Bind, error) {
+	skip := func(netip.Addr) string { return "" }
+	if !cfg.DashboardOnLBInterfaces {
+		var err error
+		if skip, err = poolInterfaceOf(ps); err != nil {
+			return nil, err
+		}
+	}
+	binds, notes, err := dashboard.ResolveBinds(cfg.DashboardBindAddress, cfg.nodeIPAddrs(), skip)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range notes {
+		log.Warn("dashboard: " + n)
+	}
+	return binds, nil
+}
+
 // poolInterfaceOf returns a function naming why a node IP must not carry the dashboard:
-// its interface carries LoadBalancer pools of --lb-pools-file. Pools from the cluster's
-// ConfigMap arrive after the start and are not looked at.
-func poolInterfaceOf(poolsFile string) (func(netip.Addr) string, error) {
-	if poolsFile == "" {
-		return func(netip.Addr) string { return "" }, nil
-	}
-	b, err := os.ReadFile(poolsFile)
-	if err != nil {
-		return nil, fmt.Errorf("--lb-pools-file: %w", err)
-	}
-	ps, err := pool.Parse(b)
-	if err != nil {
-		return nil, fmt.Errorf("--lb-pools-file %s: %w", poolsFile, err)
-	}
+// its interface carries LoadBalancer pools of ps.
+func poolInterfaceOf(ps pool.Pools) (func(netip.Addr) string, error) {
 	carries := map[string]string{} // interface -> a pool on it
 	for _, p := range ps.List() {
 		for _, ifc := range p.Interfaces {
 			carries[ifc] = p.Name
 		}
+	}
+	if len(carries) == 0 {
+		return func(netip.Addr) string { return "" }, nil
 	}
 	ifcs, err := net.Interfaces()
 	if err != nil {
@@ -109,6 +139,38 @@ func poolInterfaceOf(poolsFile string) (func(netip.Addr) string, error) {
 		}
 		return ""
 	}, nil
+}
+
+// followPools moves the dashboard as the cluster's pools ConfigMap changes: a node IP whose
+// interface comes to carry a pool is closed, one whose interface no longer does is opened.
+// Until the ConfigMap is first read (an unreachable apiserver at boot), the dashboard stays
+// where the start put it, so that an operator can still reach a gateway that is offline.
+// The kernel's allow-list changes first, so an address opens behind it.
+func followPools(ctx context.Context, cfg Config, w *alloc.Watcher, plane dashboard.Plane, dash *dashboard.Dashboard, k *mgmt.Kernel, log *slog.Logger) error {
+	for {
+		st := w.State()
+		if st.Loaded {
+			binds, err := dashboardBinds(cfg, st.Pools, log)
+			switch {
+			case err != nil:
+				log.Error("dashboard addresses not changed for the new pools", "err", err)
+			case !slices.Equal(binds, plane.Binds):
+				plane.Binds = binds
+				addrs := make([]string, len(binds))
+				for i, b := range binds {
+					addrs[i] = b.Addr
+				}
+				log.Info("dashboard addresses follow the LoadBalancer pools", "addrs", strings.Join(addrs, ","))
+				programAllowList(k, plane, log)
+				dash.Rebind(plane)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-st.Changed:
+		}
+	}
 }
 
 // fingerprintAnnotations are the Node annotations that publish the certificate; empty

@@ -62,25 +62,72 @@ func displayURL(b Bind) string {
 }
 
 // Start serves the dashboard on the plane's addresses and runs its samplers until ctx
-// ends. An address that cannot be served is logged and leaves the daemon running: rules
-// matter more than the view.
+// ends; Rebind moves it meanwhile. An address that cannot be served is logged and leaves
+// the daemon running: rules matter more than the view.
 func (d *Dashboard) Start(ctx context.Context, p Plane) {
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	wg.Go(func() { d.Run(ctx) })
-	for _, b := range p.Binds {
-		wg.Go(func() {
-			ln, err := Listen(b, p.TLS, p.Allowed, d.opts.Gate, d.opts.Log)
-			if err == nil {
-				d.opts.Log.Info("dashboard listening", "url", displayURL(b))
-				err = d.serve(ctx, ln)
+	open := map[string]func(){} // address -> stop, which returns once the address is closed
+	serve := func(p Plane) {
+		want := map[string]Bind{}
+		for _, b := range p.Binds {
+			want[b.Addr] = b
+		}
+		for addr, stop := range open {
+			if _, ok := want[addr]; !ok {
+				stop()
+				delete(open, addr)
+				d.opts.Log.Info("dashboard no longer listening", "addr", addr)
 			}
-			if err != nil {
-				d.opts.Log.Error("dashboard not served; the proxy carries on", "addr", b.Addr, "err", err)
+		}
+		for addr, b := range want {
+			if _, ok := open[addr]; ok {
+				continue
 			}
-		})
+			bctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			open[addr] = func() { cancel(); <-done }
+			wg.Go(func() {
+				defer close(done)
+				defer cancel()
+				ln, err := Listen(b, p.TLS, p.Allowed, d.opts.Gate, d.opts.Log)
+				if err == nil {
+					d.opts.Log.Info("dashboard listening", "url", displayURL(b))
+					err = d.serve(bctx, ln)
+				}
+				if err != nil {
+					d.opts.Log.Error("dashboard not served; the proxy carries on", "addr", b.Addr, "err", err)
+				}
+			})
+		}
 	}
-	wg.Wait()
-	d.opts.Log.Debug("dashboard stopped")
+	serve(p)
+	for {
+		select {
+		case <-ctx.Done():
+			d.opts.Log.Debug("dashboard stopped")
+			return
+		case <-d.rebind:
+			d.mu.Lock()
+			p := *d.next
+			d.mu.Unlock()
+			serve(p)
+		}
+	}
+}
+
+// Rebind moves a started dashboard to p's addresses: those it lacks are opened, those it
+// no longer names are closed with their connections, the others stay as they are (p's TLS
+// and allow-list apply to the addresses it opens). Only the last of quick calls counts.
+func (d *Dashboard) Rebind(p Plane) {
+	d.mu.Lock()
+	d.next = &p
+	d.mu.Unlock()
+	select {
+	case d.rebind <- struct{}{}:
+	default: // a wake-up is pending; it reads the plane just set
+	}
 }
 
 // TrafficFor returns the traffic source of a proxy mode: the nftables mode's rule counters,

@@ -172,6 +172,9 @@ type Dashboard struct {
 	drainState  DrainState
 	lb          func() any
 	updater     Updater
+	// next is the plane Rebind asks for; rebind wakes Start to serve it.
+	next   *Plane
+	rebind chan struct{}
 }
 
 // New returns a dashboard; Run starts its samplers, Serve its HTTP server.
@@ -197,7 +200,7 @@ func New(o Options) *Dashboard {
 	if o.Upload == (listener.Upload{}) {
 		o.Upload = bundleUpload
 	}
-	d := &Dashboard{hub: NewHub(o.Buffer), opts: o, lastTrigger: map[model.ServicePortName]int64{}}
+	d := &Dashboard{hub: NewHub(o.Buffer), opts: o, lastTrigger: map[model.ServicePortName]int64{}, rebind: make(chan struct{}, 1)}
 	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: o.Mode, Node: o.Node, Started: o.Now()})
 	_ = d.hub.Set(KeyServices, []Service{})
 	_ = d.hub.Set(KeyCluster, map[string]any{"mode": "standalone"})

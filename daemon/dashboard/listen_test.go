@@ -223,3 +223,83 @@ func TestAllowList(t *testing.T) {
 		t.Errorf("kernel allow-list ports %v", ports)
 	}
 }
+
+// TestRebind: Rebind opens the addresses a started dashboard lacks and closes those it no
+// longer names; an address it keeps stays open throughout, its connections too.
+func TestRebind(t *testing.T) {
+	d, _ := newTestDashboard(t, ModeNFTables)
+	// One port, held on 127.0.0.1 so that no wildcard listener can take it meanwhile, on
+	// three loopback addresses nobody else uses.
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	port := hold.Addr().(*net.TCPAddr).Port
+	a, b, c := fmt.Sprintf("127.0.0.21:%d", port), fmt.Sprintf("127.0.0.22:%d", port), fmt.Sprintf("127.0.0.23:%d", port)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { d.Start(ctx, Plane{Binds: []Bind{{Addr: a}, {Addr: b}}}) })
+	defer wg.Wait()
+	defer cancel()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	answers := func(addr string) bool {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/state", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	// A connection of its own to b, which must live through the move.
+	kept, err := net.DialTimeout("tcp", b, 5*time.Second)
+	for i := 0; err != nil && i < 100; i++ { // Start opens its listeners on goroutines
+		time.Sleep(50 * time.Millisecond)
+		kept, err = net.DialTimeout("tcp", b, 5*time.Second)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	ask := func() string {
+		_ = kept.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(kept, "GET /api/state HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", testToken)
+		resp, err := http.ReadResponse(bufio.NewReader(kept), nil)
+		if err != nil {
+			return err.Error()
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Status
+	}
+	if got := ask(); got != "200 OK" {
+		t.Fatalf("GET on a connection to %s: %s", b, got)
+	}
+	waitFor(t, a+" answers", func() bool { return answers(a) })
+	if answers(c) {
+		t.Fatalf("%s answers before it is bound", c)
+	}
+
+	d.Rebind(Plane{Binds: []Bind{{Addr: b}, {Addr: c}}})
+	waitFor(t, c+" answers and "+a+" no longer", func() bool { return answers(c) && !answers(a) })
+	if !answers(b) {
+		t.Errorf("%s, kept, no longer answers", b)
+	}
+	if got := ask(); got != "200 OK" {
+		t.Errorf("GET on the connection to %s, opened before the move: %s", b, got)
+	}
+}
+
+// waitFor polls cond for at most 10 s (a bound against hangs, not a timing claim).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+	}
+}
