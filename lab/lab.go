@@ -40,6 +40,7 @@ var (
 	BridgeIPv4    = netip.MustParseAddr("10.200.2.1")    // the gateway on the backend bridge: masquerade source
 	BridgeIPv6    = netip.MustParseAddr("fd00:200:2::1") // the gateway on the backend bridge: masquerade source
 	Client2Router = netip.MustParseAddr("10.200.3.1")    // the gateway as client-2 sees it
+	UpstreamIPv4  = netip.MustParseAddr("10.200.9.2")    // upstream: where a control plane listens
 )
 
 // GatewayNodeName is the node name the daemon is started with (--hostname-override); an
@@ -120,7 +121,7 @@ func New(t testing.TB, opts Options) *Lab {
 		Gateway:  &Host{Name: "gateway", NS: base + "gw", IPv4: NodeIPv4, IPv6: NodeIPv6},
 		Client:   &Host{Name: "client-1", NS: base + "c1", IPv4: netip.MustParseAddr("10.200.1.2"), IPv6: netip.MustParseAddr("fd00:200:1::2")},
 		Client2:  &Host{Name: "client-2", NS: base + "c2", IPv4: netip.MustParseAddr("10.200.3.2"), IPv6: netip.MustParseAddr("fd00:200:3::2")},
-		Upstream: &Host{Name: "upstream", NS: base + "up", IPv4: netip.MustParseAddr("10.200.9.2"), IPv6: netip.MustParseAddr("fd00:200:9::2")},
+		Upstream: &Host{Name: "upstream", NS: base + "up", IPv4: UpstreamIPv4, IPv6: netip.MustParseAddr("fd00:200:9::2")},
 	}
 	for i := 1; i <= 3; i++ {
 		l.Backends = append(l.Backends, &Host{

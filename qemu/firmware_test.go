@@ -43,6 +43,28 @@ var (
 	kernelTrouble = []string{"Kernel panic", "Oops", "BUG:"}
 )
 
+// poweredOff waits for the guest's clean power-off and QEMU's exit with code 0, fails the
+// test for each console line that says the guest kernel went wrong, and returns the
+// power-off marker.
+func poweredOff(t *testing.T, vm *VM) Line {
+	t.Helper()
+	exit, err := vm.WaitFor("EDGEGATE-POWEROFF")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := vm.Wait(); err != nil || code != 0 {
+		t.Fatalf("QEMU ended with code %d, %v", code, err)
+	}
+	for _, l := range vm.Lines() {
+		for _, bad := range kernelTrouble {
+			if strings.Contains(l.Text, bad) {
+				t.Errorf("console line %d: %q", l.N, l.Text)
+			}
+		}
+	}
+	return exit
+}
+
 // TestFirmwareBoot builds the real firmware of each QEMU board (edgegate as /init, the
 // standalone manifests of testdata/firmwaretest/manifests baked in, the guest test
 // testdata/firmwaretest as /edgegate-test) and boots it twice: once with a persistent data
@@ -173,22 +195,8 @@ func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs
 		t.Fatal(err)
 	}
 	t.Run("guest", guest.Report)
-	exit, err := vm.WaitFor("EDGEGATE-POWEROFF")
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := vm.Wait()
-	if err != nil || code != 0 {
-		t.Fatalf("QEMU ended with code %d, %v", code, err)
-	}
+	exit := poweredOff(t, vm)
 	lines := vm.Lines()
-	for _, l := range lines {
-		for _, bad := range kernelTrouble {
-			if strings.Contains(l.Text, bad) {
-				t.Errorf("console line %d: %q", l.N, l.Text)
-			}
-		}
-	}
 	if panics > 0 {
 		checkDaemonPanics(t, panics, lines[ready.N:])
 	}

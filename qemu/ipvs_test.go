@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -98,20 +97,7 @@ func TestIPVS(t *testing.T) {
 			if results, err := guest.Results(); err == nil {
 				t.Logf("%s: guest tests %s", b.Name, countResults(results))
 			}
-			exit, err := vm.WaitFor("EDGEGATE-POWEROFF")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if code, err := vm.Wait(); err != nil || code != 0 {
-				t.Fatalf("QEMU ended with code %d, %v", code, err)
-			}
-			for _, l := range vm.Lines() {
-				for _, bad := range kernelTrouble {
-					if strings.Contains(l.Text, bad) {
-						t.Errorf("console line %d: %q", l.N, l.Text)
-					}
-				}
-			}
+			exit := poweredOff(t, vm)
 			t.Logf("%s in ipvs mode: boot-to-ready %v; guest test exited %d; power-off at %v, QEMU exited after %v",
 				b.Name, ready.At.Round(time.Millisecond), guest.ExitCode, exit.At.Round(time.Millisecond), vm.Elapsed().Round(time.Millisecond))
 		})

@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -97,11 +98,14 @@ type Cluster struct {
 	// Client is an admin clientset; it dials into NetNS and survives restarts.
 	Client kubernetes.Interface
 
-	ns      namespace
-	ownDir  bool
-	apiArgs []string
-	bins    Binaries
-	etcd    *process
+	ns     namespace
+	ownDir bool
+	// attached clusters run elsewhere (Attach); dial reaches them.
+	attached bool
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	apiArgs  []string
+	bins     Binaries
+	etcd     *process
 
 	mu        sync.Mutex
 	apiserver *process // nil while stopped
@@ -281,7 +285,10 @@ func (c *Cluster) restConfig(token string) *rest.Config {
 		QPS:   100,
 		Burst: 200,
 	}
-	if c.ns != "" {
+	switch {
+	case c.dial != nil:
+		cfg.Dial = c.dial
+	case c.ns != "":
 		cfg.Dial = c.ns.dial
 	}
 	return cfg
@@ -302,6 +309,9 @@ func (c *Cluster) Stop() {
 // tokens (stopping it first if it runs), so kubeconfigs and clients stay valid, and waits
 // until it is ready.
 func (c *Cluster) Restart(ctx context.Context) error {
+	if c.attached {
+		return errors.New("restart apiserver: the cluster is attached; only its owner can restart it")
+	}
 	c.Stop()
 	if err := c.startAPIServer(ctx); err != nil {
 		return fmt.Errorf("restart apiserver: %w", err)

@@ -14,8 +14,10 @@ package gateway
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +35,25 @@ import (
 	"github.com/edgegate/edgegate/lab/cluster"
 )
 
-func TestMain(m *testing.M) { lab.Main(m) }
+// In a QEMU guest (qemu/cluster_test.go) this package's tests use the host's cluster, which
+// the guest reaches through QEMU's guestfwd, and the firmware's own binary as the daemon.
+var (
+	attach = flag.String("edgegate.attach", "", "use this cluster (cluster.Remote.Encode) instead of starting one")
+	bin    = flag.String("edgegate.bin", "", "the edgegate binary to test (default $EDGEGATE_BIN, or ./daemon built)")
+	modes  = flag.String("edgegate.modes", "nftables,iptables", "the proxy modes TestFailClosedInCluster runs")
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if *bin != "" {
+		os.Setenv("EDGEGATE_BIN", *bin)
+	}
+	if *attach != "" {
+		// A guest has every prerequisite: a lab that cannot be built fails.
+		os.Setenv("CI", "true")
+	}
+	lab.Main(m)
+}
 
 // The gateway's identity: the group deploy/bootstrap-token.yaml gives a gateway's token and
 // deploy/rbac.yaml binds, and a user name that no other client of the test uses, so the audit
@@ -81,14 +101,18 @@ func newEnv(t *testing.T) *env {
 	}
 	e.version = strings.TrimPrefix(strings.TrimSpace(string(out)), "edgegate ")
 
-	e.audit = newAuditLog(t, e.dir, gatewayUser)
-	e.c = cluster.Start(t, cluster.Options{
-		APIServerArgs: e.audit.args(),
-		NetNS:         l.Upstream.NS,
-		Address:       apiServerAddr,
-		GatewayUser:   gatewayUser,
-		GatewayGroups: []string{gatewayGroup},
-	})
+	if *attach != "" {
+		e.attachCluster(t)
+	} else {
+		e.audit = newAuditLog(t, e.dir, gatewayUser)
+		e.c = cluster.Start(t, cluster.Options{
+			APIServerArgs: e.audit.args(),
+			NetNS:         l.Upstream.NS,
+			Address:       apiServerAddr,
+			GatewayUser:   gatewayUser,
+			GatewayGroups: []string{gatewayGroup},
+		})
+	}
 	e.admin = e.c.Client
 	gwConfig := e.c.GatewayConfig()
 	gwConfig.UserAgent = testUserAgent
@@ -101,23 +125,54 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 
-	// Without deploy/rbac.yaml the gateway's token may do nothing: otherwise "works with only
-	// deploy/rbac.yaml" would prove nothing. This refused request is also the audit check's
-	// proof that the audit log records a refusal of this user.
-	if _, err := e.gw.CoreV1().Services("").List(t.Context(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Fatalf("before deploy/rbac.yaml the gateway's token may list Services (err %v)", err)
+	if *attach == "" {
+		// Without deploy/rbac.yaml the gateway's token may do nothing: otherwise "works with
+		// only deploy/rbac.yaml" would prove nothing. This refused request is also the audit
+		// check's proof that the audit log records a refusal of this user.
+		if _, err := e.gw.CoreV1().Services("").List(t.Context(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Fatalf("before deploy/rbac.yaml the gateway's token may list Services (err %v)", err)
+		}
+		created, err := cluster.ApplyFile(t.Context(), e.admin, "../../../deploy/rbac.yaml")
+		if err != nil {
+			t.Fatalf("apply deploy/rbac.yaml: %v", err)
+		}
+		t.Logf("applied deploy/rbac.yaml: %s", strings.Join(created, ", "))
 	}
-	created, err := cluster.ApplyFile(t.Context(), e.admin, "../../../deploy/rbac.yaml")
-	if err != nil {
-		t.Fatalf("apply deploy/rbac.yaml: %v", err)
-	}
-	t.Logf("applied deploy/rbac.yaml: %s", strings.Join(created, ", "))
+	// An attached cluster's owner applied deploy/rbac.yaml (a guest has no checkout).
 	e.waitRBAC(t)
 	_, err = e.admin.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace %s: %v", testNamespace, err)
 	}
 	return e
+}
+
+// attachCluster uses the cluster *attach describes, as a guest reaches it: at the upstream
+// namespace's address, as on the host, through a forwarder there to the guestfwd addresses
+// the description names. The gateway reaches it exactly as it reaches a cluster of its own.
+func (e *env) attachCluster(t *testing.T) {
+	t.Helper()
+	r, err := cluster.DecodeRemote(*attach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := e.lab.Upstream
+	for local, remote := range map[string]string{
+		netip.AddrPortFrom(apiServerAddr, 6443).String(): r.Server,
+		"127.0.0.1:2379": r.EtcdURL,
+	} {
+		u, err := url.Parse(remote)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up.Forward(t, local, u.Host)
+	}
+	r.Server = "https://" + netip.AddrPortFrom(apiServerAddr, 6443).String()
+	r.EtcdURL = "http://127.0.0.1:2379"
+	if e.c, err = cluster.Attach(r, up.DialContext); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("attached to the cluster at %s (etcd %s), forwarded from %s", r.Server, r.EtcdURL, up.Name)
 }
 
 // daemonArgs are the flags of a gateway joined like a real one: the API server's URL, a

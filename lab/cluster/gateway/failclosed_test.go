@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/lab"
 )
@@ -26,8 +28,9 @@ import (
 // (10.200.1.2, inside) and refuse client-2 (10.200.3.2, outside); a range no parser accepts
 // refuses both; a Service that never had a good version refuses everyone; a bad version of
 // a good Service keeps the good one. Each rejection is an Event on the object and a count in
-// edgegate_objects_rejected_total. ipvs mode runs the same rows from manifests inside the
-// firmware (lab's traffic matrix): the model and plans that decide are the same.
+// edgegate_objects_rejected_total. On the host it runs the modes -edgegate.modes names
+// (nftables and iptables); qemu's TestIPVSInCluster runs it in ipvs mode inside the firmware,
+// attached to a cluster on the host.
 //
 // Addresses: ClusterIPs 10.96.10.120-124, node ports 30240-30249, LoadBalancer IPs
 // 203.0.113.120-124.
@@ -58,13 +61,21 @@ func TestFailClosedInCluster(t *testing.T) {
 	})
 	e.rewriteInEtcd(t, "refused", func(s *v1.Service) { s.Spec.Ports[0].Name = "HTTP_1" })
 
-	for _, mode := range []string{"nftables", "iptables"} {
+	for mode := range strings.SplitSeq(*modes, ",") {
 		t.Run(mode, func(t *testing.T) {
 			args := append(e.daemonArgs(), "--proxy-mode="+mode)
 			started := time.Now()
 			d := l.StartDaemon(t, args...)
 			defer d.Stop(t)
+			if _, ok := d.LogLine("msg=starting", "mode="+mode); !ok {
+				t.Fatalf("the daemon did not start in %s mode", mode)
+			}
 			follows(t, l.Client, "padded ranges admit client-1", "203.0.113.120:80", "", b1, b2, b3)
+			if mode == "ipvs" {
+				// The insider is balanced by IPVS, and the firewall in front keeps the outsider
+				// from it: the virtual servers of the closed Service exist too.
+				ipvsHolds(t, l, "203.0.113.120:80", "203.0.113.122:80", "10.96.10.122:80")
+			}
 			unanswered(t, l.Client2, "203.0.113.120:80")
 			follows(t, l.Client, "leading-zero ranges admit client-1", "203.0.113.121:80", "", b1, b2, b3)
 			unanswered(t, l.Client2, "203.0.113.121:80")
@@ -192,4 +203,28 @@ func (e *env) scrape(t *testing.T) string {
 		t.Fatalf("metrics: %d %v", code, err)
 	}
 	return body
+}
+
+// ipvsHolds checks that the gateway's IPVS table has a TCP virtual server for each address,
+// each with the three backends as real servers.
+func ipvsHolds(t *testing.T, l *lab.Lab, addrs ...string) {
+	t.Helper()
+	entries, err := l.Gateway.IPVS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		found := false
+		for _, e := range entries {
+			if netip.AddrPortFrom(e.Addr, e.Port).String() == a && e.Proto == model.TCP {
+				found = true
+				if n := len(e.Destinations); n != 3 {
+					t.Errorf("IPVS virtual server %s has %d real servers, want 3: %v", e.VSKey, n, e.RealServers())
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no IPVS virtual server TCP %s", a)
+		}
+	}
 }

@@ -38,6 +38,9 @@ const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 // one cluster and (until offline-first) one daemon serve every step: an apiserver start takes
 // 10–30 s on these machines. Each step uses Services, addresses and Nodes of its own.
 func TestGatewayInCluster(t *testing.T) {
+	if *attach != "" {
+		t.Fatal("TestGatewayInCluster restarts the apiserver and reads its audit log: it needs a cluster of its own, not -edgegate.attach")
+	}
 	e := newEnv(t)
 	l := e.lab
 	d := l.StartDaemon(t, e.daemonArgs()...)
