@@ -247,7 +247,7 @@ func parseAddrs(ss []string) []netip.Addr {
 func sourceRanges(in []string) (ranges []netip.Prefix, closed bool) {
 	for _, r := range in {
 		p, ok := ParsePrefix(r)
-		if !ok || p.Addr().Is4In6() {
+		if !ok {
 			return nil, true
 		}
 		ranges = append(ranges, p)

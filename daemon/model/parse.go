@@ -34,10 +34,12 @@ func ParseAddr(s string) (netip.Addr, bool) {
 
 // ParsePrefix parses a CIDR as kube-proxy reads loadBalancerSourceRanges: trimmed of white
 // space, leading zeros allowed, and masked to its network ("10.1.2.3/24" is 10.1.2.0/24).
+// An IPv4-mapped IPv6 prefix ("::ffff:10.0.0.0/104") is refused: packets never carry such
+// sources, so as a source range it would admit nobody where the operator meant somebody.
 func ParsePrefix(s string) (netip.Prefix, bool) {
 	s = strings.TrimSpace(s)
 	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), p.Addr().Zone() == ""
+		return p.Masked(), p.Addr().Zone() == "" && !p.Addr().Is4In6()
 	}
 	_, ipnet, err := netutils.ParseCIDRSloppy(s)
 	if err != nil {
@@ -51,5 +53,5 @@ func ParsePrefix(s string) (netip.Prefix, bool) {
 	if len(ipnet.IP) == 4 {
 		a = a.Unmap()
 	}
-	return netip.PrefixFrom(a, ones).Masked(), true
+	return netip.PrefixFrom(a, ones).Masked(), !a.Is4In6()
 }

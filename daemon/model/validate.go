@@ -59,7 +59,7 @@ func ValidateService(svc *v1.Service) field.ErrorList {
 		errs = append(errs, e...)
 	}
 	for i, r := range s.LoadBalancerSourceRanges {
-		if p, ok := ParsePrefix(r); !ok || p.Addr().Is4In6() {
+		if _, ok := ParsePrefix(r); !ok {
 			errs = append(errs, field.Invalid(spec.Child("loadBalancerSourceRanges").Index(i), r,
 				"must be a CIDR (e.g. 192.0.2.0/24 or 2001:db8::/64); until it is, the LoadBalancer IPs refuse every source"))
 		}
