@@ -68,6 +68,7 @@ test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
 	@out=$$(gofmt -l daemon lab board initramfs qemu firmware); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	@hack/tracked-files.sh
 	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./daemon/update/rollout/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
 test-unit:
