@@ -81,8 +81,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
 	$(GO) test -run '^$$' -fuzz '^FuzzAllocate$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
-	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
-	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
+	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/kernel/l2
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/kernel/l2
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./firmware/bundle
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
