@@ -38,13 +38,6 @@ func (f *Fake) SetInterface(ifi net.Interface) {
 	f.ifs[ifi.Name] = ifi
 }
 
-// DeleteInterface removes an interface; its sockets stay open, as the kernel's do.
-func (f *Fake) DeleteInterface(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.ifs, name)
-}
-
 func (f *Fake) Interfaces() (map[string]net.Interface, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
