@@ -34,7 +34,11 @@ var errNS = errors.New("not a valid neighbor solicitation")
 //
 // The message is mdlayher/ndp's; the IPv6 header and the checksum are checked here, because
 // ndp is made for an ICMPv6 socket, where the kernel has done both (its ParseMessage does
-// not verify the checksum, and it has no IPv6 header codec).
+// not verify the checksum, and it has no IPv6 header codec). ndp is stricter about options
+// than RFC 4861 asks: a malformed option of a type it knows (a link-layer address option
+// longer than 8 bytes, say) or any option of 256 bytes or more (its length arithmetic is
+// a byte wide) drops the solicitation, where the hand-written parser skipped it. No
+// Ethernet host sends either.
 func parseNS(b []byte) (Solicitation, error) {
 	h, err := ipv6.ParseHeader(b)
 	if err != nil {
