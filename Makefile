@@ -17,7 +17,8 @@ FUZZTIME  ?= 40000x
 # Pure packages: no kernel, run with the race detector.
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
-             ./daemon/lb/pool/... ./daemon/update ./firmware/... ./daemon/listener/...
+             ./daemon/lb/pool/... ./daemon/update ./firmware/... ./daemon/listener/... \
+             ./daemon/internal/layering
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).
 NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/... ./daemon/lb/announce/...
@@ -81,8 +82,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
 	$(GO) test -run '^$$' -fuzz '^FuzzAllocate$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
-	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
-	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/lb/announce
+	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/kernel/l2
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/kernel/l2
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./firmware/bundle
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.

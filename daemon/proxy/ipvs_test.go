@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -22,14 +23,14 @@ import (
 type ipvsFixture struct {
 	*fixture
 	table *ipvs.Fake
-	links *ipvs.FakeLinks
+	links *ipvslink.FakeLinks
 	aux   ipvs.FakeAux
 	open  error // what opening the IPVS table fails with
 	log   *bytes.Buffer
 }
 
 func newIPVSFixture() *ipvsFixture {
-	f := &ipvsFixture{fixture: newFixture(), table: ipvs.NewFake(), links: ipvs.NewFakeLinks("10.200.1.1", "fd00:200:1::1"),
+	f := &ipvsFixture{fixture: newFixture(), table: ipvs.NewFake(), links: ipvslink.NewFakeLinks("10.200.1.1", "fd00:200:1::1"),
 		aux: ipvs.NewFakeAux(), log: &bytes.Buffer{}}
 	applier := &ipvs.Applier{
 		Open: func() (ipvs.IPVS, error) {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
@@ -30,10 +31,10 @@ type Applier struct {
 	// modules the plans use); nil where PID 1 has loaded them.
 	Modules func(names ...string) error
 	// Sysctls, if set, are made right before the first apply and on every full one.
-	Sysctls Sysctls
+	Sysctls ipvslink.Sysctls
 	// Release is the kernel release the sysctl choices depend on.
 	Release string
-	Links   Links
+	Links   ipvslink.Links
 	Aux     AuxRules
 	// Interface is the dummy interface; empty means plan.IPVSInterface.
 	Interface string
@@ -160,7 +161,7 @@ func (a *Applier) prepare(plans []*plan.IPVSPlan, full bool, st *Stats) (hint er
 		a.table = t
 	}
 	if a.Sysctls != nil && (full || !a.sysctlsSet) {
-		changed, err := EnsureSysctls(a.Sysctls, a.Release)
+		changed, err := ipvslink.EnsureSysctls(a.Sysctls, a.Release)
 		st.Sysctls = changed
 		if err != nil {
 			return nil, err
@@ -261,7 +262,7 @@ func (a *Applier) deleteOwned(t IPVS) error {
 // thread that first uses it: moby/ipvs, rtnetlink, the nftables backend, /proc/sys, and
 // kernel modules from /lib/modules/$(uname -r) loaded when missing.
 func NewApplier() *Applier {
-	mods := &Modules{}
+	mods := &ipvslink.Modules{}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		mods.Release = unix.ByteSliceToString(u.Release[:])
@@ -275,9 +276,9 @@ func NewApplier() *Applier {
 			return k, nil
 		},
 		Modules: mods.Ensure,
-		Sysctls: ProcSys{Root: "/proc/sys"},
+		Sysctls: ipvslink.ProcSys{Root: "/proc/sys"},
 		Release: mods.Release,
-		Links:   &Netlink{},
+		Links:   &ipvslink.Netlink{},
 		Aux:     NewKernelAux(),
 	}
 }

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -28,12 +29,12 @@ type fixture struct {
 	t     *testing.T
 	a     *Applier
 	ipvs  *Fake
-	links *FakeLinks
+	links *ipvslink.FakeLinks
 	aux   FakeAux
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, ipvs: NewFake(), links: NewFakeLinks("10.200.1.1", "fd00:200:1::1", "127.0.0.1"), aux: NewFakeAux()}
+	f := &fixture{t: t, ipvs: NewFake(), links: ipvslink.NewFakeLinks("10.200.1.1", "fd00:200:1::1", "127.0.0.1"), aux: NewFakeAux()}
 	f.a = &Applier{Open: func() (IPVS, error) { return f.ipvs, nil }, Links: f.links, Aux: f.aux}
 	return f
 }
@@ -472,7 +473,7 @@ func TestSysctlsAreSet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.a.Sysctls, f.a.Release = ProcSys{Root: root}, "6.1.0-28-cloud-amd64"
+	f.a.Sysctls, f.a.Release = ipvslink.ProcSys{Root: root}, "6.1.0-28-cloud-amd64"
 	st := f.apply(false, web(), ready3())
 	want := []string{"net/ipv4/vs/conntrack=1", "net/ipv4/vs/expire_nodest_conn=1", "net/ipv4/vs/expire_quiescent_template=1",
 		"net/ipv4/conf/all/arp_ignore=1", "net/ipv4/conf/all/arp_announce=2"}

@@ -1,23 +1,23 @@
 // Package ipvs programs IPVS mode into the kernel: the virtual and real servers (through
-// github.com/moby/ipvs), the dummy interface that holds the virtual server addresses
-// (vishvananda/netlink), the sysctls IPVS needs, and the auxiliary nftables tables (through
-// the nftables backend). IPVS has no transactions, so the Applier diffs what the kernel
-// holds against the plan, changes only the difference and reads back what it changed.
+// github.com/moby/ipvs) and, through its Applier, the dummy interface, sysctls and modules
+// of package ipvslink and the auxiliary nftables tables (through the nftables backend).
+// IPVS has no transactions, so the Applier diffs what the kernel holds against the plan,
+// changes only the difference and reads back what it changed.
 package ipvs
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
+	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 // ErrNotAvailable is returned when the kernel has no IPVS: ip_vs is neither built in nor
 // loaded, and could not be loaded.
-var ErrNotAvailable = errors.New("ip_vs kernel module not available")
+var ErrNotAvailable = ipvslink.ErrNotAvailable
 
 // Service is an IPVS virtual server as edgegate sees it. Virtual servers keyed by firewall
 // mark, or of a protocol other than TCP, UDP and SCTP, are never edgegate's and are left out.

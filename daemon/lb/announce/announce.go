@@ -10,7 +10,8 @@
 // interfaces (nftables and iptables modes DNAT them in prerouting), and proxy_arp or
 // proxy_ndp would answer for far more than the owned set. Everything goes through
 // AF_PACKET sockets, one per family per interface, whose BPF filters pass only ARP
-// requests and Neighbor Solicitations up to user space.
+// requests and Neighbor Solicitations up to user space; package daemon/kernel/l2 opens
+// them and speaks the wire formats, this package decides what to answer and when.
 //
 // IPv6 uses a packet socket too, not an ICMPv6 one: the kernel hands an ICMPv6 socket only
 // what it delivers locally, and the unicast solicitations of neighbour unreachability
@@ -18,7 +19,7 @@
 // forwarded or dropped before any ICMPv6 socket saw them, and clients would lose the
 // address every time their entry went stale. Sending through the packet socket also needs
 // no route or neighbour entry towards the solicitor. The solicited-node groups of owned
-// addresses are still joined at the IP layer (see groups), for the NIC filter and MLD.
+// addresses are still joined at the IP layer (l2.NDPConn.Join), for the NIC filter and MLD.
 //
 // # Network namespaces
 //
@@ -52,7 +53,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mdlayher/packet"
+	"github.com/edgegate/edgegate/daemon/kernel/l2"
 )
 
 // Sentinel errors, found with errors.Is in what Set returns.
@@ -86,8 +87,8 @@ var defaultSchedule = []time.Duration{0, 200 * time.Millisecond, 500 * time.Mill
 
 // Announcer answers for and announces the LoadBalancer IPs this gateway owns.
 type Announcer struct {
-	log *slog.Logger
-	ns  *netnsPin
+	log     *slog.Logger
+	sockets l2.Sockets // of the namespace served
 
 	retryEvery time.Duration   // DefaultRetry; tests shorten it
 	schedule   []time.Duration // defaultSchedule
@@ -131,16 +132,22 @@ type announcement struct {
 // package doc), which it holds open for as long as it lives (one file descriptor). It
 // fails only if that namespace cannot be opened (no /proc). A nil log discards.
 func New(log *slog.Logger) (*Announcer, error) {
-	ns, err := pinNetns()
+	sockets, err := l2.Open()
 	if err != nil {
 		return nil, fmt.Errorf("announce: %w", err)
 	}
+	return newAnnouncer(log, sockets), nil
+}
+
+// newAnnouncer returns an Announcer over sockets (l2.Fake in tests), which it closes
+// with Close.
+func newAnnouncer(log *slog.Logger, sockets l2.Sockets) *Announcer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Announcer{
 		log:        log,
-		ns:         ns,
+		sockets:    sockets,
 		retryEvery: DefaultRetry,
 		schedule:   defaultSchedule,
 		links:      map[string]*link{},
@@ -148,7 +155,7 @@ func New(log *slog.Logger) (*Announcer, error) {
 		addrs:      map[netip.Addr]*counters{},
 		wake:       make(chan struct{}, 1),
 		panics:     make(chan error, 1),
-	}, nil
+	}
 }
 
 // Set replaces the owned addresses, each with the names of the interfaces to announce it
@@ -252,7 +259,7 @@ func (a *Announcer) Run(ctx context.Context) error {
 // startReaders starts a reader on each socket given. A reader's panic is handed to Run,
 // which returns it, rather than taking the daemon (PID 1) down with it. The caller holds
 // mu with running set.
-func (a *Announcer) startReaders(l *link, arp, ndp *packet.Conn) {
+func (a *Announcer) startReaders(l *link, arp l2.ARPConn, ndp l2.NDPConn) {
 	guard := func(serve func()) func() {
 		return func() {
 			defer func() {
@@ -281,7 +288,7 @@ func (a *Announcer) Close() {
 	a.stop()
 	a.cfg.Lock()
 	defer a.cfg.Unlock()
-	a.ns.close()
+	a.sockets.Close()
 }
 
 // stop closes every link once no Set is in progress, and waits for the readers. What

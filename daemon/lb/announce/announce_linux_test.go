@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/kernel/l2"
 )
 
 // TestAnswersOwnedAddressesOnTheirInterfaces: clients resolve owned addresses to the MAC
@@ -64,11 +65,11 @@ func TestAnswersOwnedAddressesOnTheirInterfaces(t *testing.T) {
 
 	// Solicited-node groups, as the kernel lists them: each on exactly its interfaces.
 	a6, ab6 := onA[1], onBoth[1]
-	if got := groupsJoined(t, l.gw1, "ga"); !slices.Contains(got, solicitedNode(a6)) || !slices.Contains(got, solicitedNode(ab6)) {
-		t.Errorf("ga groups %v; want %s and %s", got, solicitedNode(a6), solicitedNode(ab6))
+	if got := groupsJoined(t, l.gw1, "ga"); !slices.Contains(got, l2.SolicitedNode(a6)) || !slices.Contains(got, l2.SolicitedNode(ab6)) {
+		t.Errorf("ga groups %v; want %s and %s", got, l2.SolicitedNode(a6), l2.SolicitedNode(ab6))
 	}
-	if got := groupsJoined(t, l.gw1, "gb"); slices.Contains(got, solicitedNode(a6)) || !slices.Contains(got, solicitedNode(ab6)) {
-		t.Errorf("gb groups %v; want %s and not %s", got, solicitedNode(ab6), solicitedNode(a6))
+	if got := groupsJoined(t, l.gw1, "gb"); slices.Contains(got, l2.SolicitedNode(a6)) || !slices.Contains(got, l2.SolicitedNode(ab6)) {
+		t.Errorf("gb groups %v; want %s and not %s", got, l2.SolicitedNode(ab6), l2.SolicitedNode(a6))
 	}
 
 	// Drop the ga-only addresses: cliA forgets its entries and asks again, in vain.
@@ -76,8 +77,8 @@ func TestAnswersOwnedAddressesOnTheirInterfaces(t *testing.T) {
 		delete(owned, a)
 	}
 	mustSet(t, gw, owned)
-	if got := groupsJoined(t, l.gw1, "ga"); slices.Contains(got, solicitedNode(a6)) || !slices.Contains(got, solicitedNode(ab6)) {
-		t.Errorf("after the drop, ga groups %v; want %s left and %s kept", got, solicitedNode(a6), solicitedNode(ab6))
+	if got := groupsJoined(t, l.gw1, "ga"); slices.Contains(got, l2.SolicitedNode(a6)) || !slices.Contains(got, l2.SolicitedNode(ab6)) {
+		t.Errorf("after the drop, ga groups %v; want %s left and %s kept", got, l2.SolicitedNode(a6), l2.SolicitedNode(ab6))
 	}
 	for i, f := range families {
 		t.Run(f.name+" dropped", func(t *testing.T) {
@@ -291,143 +292,6 @@ func TestInterfaceDownUpAndRecreated(t *testing.T) {
 		s := stats(gw, families[0].addr(150))
 		return s.Announced == 2*uint64(len(defaultSchedule)), fmt.Sprintf("%+v", s)
 	})
-}
-
-// TestFilters: the in-kernel filters pass exactly what the readers need. Frames that must
-// be dropped are sent first, then one that must pass; frames on a veth arrive in order, so
-// reading that last one with nothing before it proves the others were dropped, with no
-// timeout.
-func TestFilters(t *testing.T) {
-	h := newHost(t, "flt")
-	if err := h.nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "x0"}, PeerName: "x1"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"x0", "x1"} {
-		if err := h.nl.LinkSetUp(h.link(t, n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	x1MAC := mac(h.mac(t, "x1"))
-	otherMAC := mac{0x02, 0, 0, 0, 0, 0x77}
-	vip := netip.MustParseAddr("10.77.0.100")
-	// Every frame differs from the others (the sender's address counts them), so the one
-	// read is known.
-	arp := func(op uint16, n uint8) []byte {
-		return arpPacket{Op: op, SenderMAC: clientMAC, SenderIP: netip.AddrFrom4([4]byte{10, 77, 0, n}), TargetIP: vip}.marshal()
-	}
-	group := solicitedNode(vip6)
-	ndp := func(typ ipv6.ICMPType, hop, n uint8) []byte {
-		src := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: n})
-		return ipv6Packet(t, typ, src, group, hop, nsBody(vip6, sllOption(clientMAC)...))
-	}
-	ns := ipv6.ICMPTypeNeighborSolicitation
-	udp := ndp(ns, 255, 3)
-	udp[6] = 17
-
-	type frame struct {
-		b  []byte
-		to mac
-	}
-	for _, tc := range []struct {
-		name      string
-		etherType int
-		prime     []byte // passes; proves the link carries frames before the test proper
-		own       []byte // sent by the reader's own socket: PACKET_OUTGOING
-		drop      []frame
-		pass      frame
-	}{{
-		name: "ARP", etherType: etherTypeARP,
-		prime: arp(arpRequest, 9),
-		own:   arp(arpRequest, 1),
-		drop: []frame{
-			{arp(arpReply, 2), x1MAC},
-			{arp(3, 3), broadcastMAC},      // RARP request
-			{arp(arpRequest, 4), otherMAC}, // to another host: PACKET_OTHERHOST
-		},
-		pass: frame{arp(arpRequest, 5), broadcastMAC},
-	}, {
-		name: "NDP", etherType: etherTypeIPv6,
-		prime: ndp(ns, 255, 9),
-		own:   ndp(ns, 255, 1),
-		drop: []frame{
-			{ndp(ns, 254, 2), x1MAC},
-			{udp, x1MAC},
-			{ndp(ipv6.ICMPTypeNeighborAdvertisement, 255, 4), x1MAC},
-			{ndp(ns, 255, 5), otherMAC},
-		},
-		pass: frame{ndp(ns, 255, 6), x1MAC},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			h.do(t, func() error {
-				x0, err := net.InterfaceByName("x0")
-				if err != nil {
-					return err
-				}
-				x1, err := net.InterfaceByName("x1")
-				if err != nil {
-					return err
-				}
-				filter := arpFilter
-				if tc.etherType == etherTypeIPv6 {
-					filter = nsFilter
-				}
-				in, err := listen(x1, tc.etherType, filter)
-				if err != nil {
-					return err
-				}
-				defer in.Close()
-				out, err := listen(x0, tc.etherType, nil)
-				if err != nil {
-					return err
-				}
-				defer out.Close()
-				buf := make([]byte, 1500)
-				read := func(wait time.Duration) ([]byte, error) {
-					if err := in.SetReadDeadline(time.Now().Add(wait)); err != nil {
-						return nil, err
-					}
-					n, _, err := in.ReadFrom(buf)
-					if n >= len(tc.pass.b) {
-						n = len(tc.pass.b) // past it: Ethernet padding
-					}
-					return buf[:n], err
-				}
-				// Until the link watcher activates a new veth's queue, frames sent on it
-				// are dropped: send a passing frame until one arrives.
-				for try := 0; ; try++ {
-					if err := send(out, tc.prime, tc.pass.to); err != nil {
-						return err
-					}
-					if b, err := read(100 * time.Millisecond); err == nil && slices.Equal(b, tc.prime) {
-						break
-					} else if try == 50 {
-						return fmt.Errorf("the link never carried a frame: %x, %v", b, err)
-					}
-				}
-				// Our own outgoing frame on x1 must not come back to the reader either.
-				if err := send(in, tc.own, broadcastMAC); err != nil {
-					return err
-				}
-				for _, f := range append(tc.drop, tc.pass) {
-					if err := send(out, f.b, f.to); err != nil {
-						return err
-					}
-				}
-				for {
-					b, err := read(10 * time.Second)
-					switch {
-					case err != nil:
-						return fmt.Errorf("read: %w", err)
-					case slices.Equal(b, tc.prime): // a late copy of the priming frame
-					case slices.Equal(b, tc.pass.b):
-						return nil
-					default:
-						t.Errorf("read %x, which the filter should have dropped", b)
-					}
-				}
-			})
-		})
-	}
 }
 
 // TestRunAgain: while no Run runs nothing is answered; a new Run (a supervisor's restart)

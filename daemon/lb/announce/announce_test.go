@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mdlayher/packet"
+	"github.com/edgegate/edgegate/daemon/kernel/l2"
 )
 
 func TestNormalise(t *testing.T) {
@@ -99,18 +99,14 @@ func TestSetReportsEachPair(t *testing.T) {
 // TestReaderPanicEndsRun: a reader's panic comes back as Run's error, for the supervisor
 // to restart it, instead of killing the process.
 func TestReaderPanicEndsRun(t *testing.T) {
-	a, err := New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newAnnouncer(nil, l2.NewFake())
 	errc := make(chan error, 1)
 	go func() { errc <- a.Run(context.Background()) }()
 	waitFor(t, "Run starts", func() (bool, string) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if a.running {
-			// A zero packet.Conn panics on its first read.
-			a.startReaders(&link{name: "egfake0"}, &packet.Conn{}, nil)
+			a.startReaders(&link{name: "egfake0"}, panicConn{}, nil)
 		}
 		return a.running, "not running"
 	})
@@ -121,3 +117,8 @@ func TestReaderPanicEndsRun(t *testing.T) {
 		t.Errorf("Set after Run = %v", err)
 	}
 }
+
+// panicConn is an ARP socket whose first read panics.
+type panicConn struct{ l2.ARPConn }
+
+func (panicConn) Read() (l2.ARP, error) { panic("read on a broken socket") }

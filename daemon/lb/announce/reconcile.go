@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/mdlayher/packet"
+	"github.com/edgegate/edgegate/daemon/kernel/l2"
 )
 
 // reconcile makes the links serve want: it opens what is missing (in the pinned
@@ -63,11 +63,10 @@ func (a *Announcer) reconcile(want map[netip.Addr][]string) map[pair]error {
 // opening is what open made for one interface: sockets to add to its link or, when
 // fresh, to a new link that replaces it.
 type opening struct {
-	ifi    net.Interface
-	fresh  bool // no link yet, or it is broken, or the interface was re-created or got a new MAC
-	arp    *packet.Conn
-	ndp    *packet.Conn
-	groups *groups
+	ifi   net.Interface
+	fresh bool // no link yet, or it is broken, or the interface was re-created or got a new MAC
+	arp   l2.ARPConn
+	ndp   l2.NDPConn
 }
 
 func (o *opening) close() {
@@ -76,7 +75,6 @@ func (o *opening) close() {
 	}
 	if o.ndp != nil {
 		o.ndp.Close()
-		o.groups.close()
 	}
 }
 
@@ -87,29 +85,10 @@ func (a *Announcer) open(need map[string]map[netip.Addr]bool, failed map[pair]er
 	if len(need) == 0 {
 		return nil
 	}
-	opened := map[string]*opening{}
-	err := a.ns.do(func() error {
-		ifs, err := net.Interfaces()
-		if err != nil {
-			return fmt.Errorf("list interfaces: %w", err)
-		}
-		byName := make(map[string]net.Interface, len(ifs))
-		for _, ifi := range ifs {
-			byName[ifi.Name] = ifi
-		}
-		for name, addrs := range need {
-			if o := a.openLink(name, byName[name], addrs, failed); o != nil {
-				opened[name] = o
-			}
-		}
-		return nil
-	})
+	byName, err := a.sockets.Interfaces()
 	if err != nil {
 		// Nothing new could be looked at: what is served now stays served, the rest
 		// waits for the next retry.
-		for _, o := range opened {
-			o.close()
-		}
 		for name, addrs := range need {
 			l := a.links[name]
 			for addr := range addrs {
@@ -119,6 +98,12 @@ func (a *Announcer) open(need map[string]map[netip.Addr]bool, failed map[pair]er
 			}
 		}
 		return nil
+	}
+	opened := map[string]*opening{}
+	for name, addrs := range need {
+		if o := a.openLink(name, byName[name], addrs, failed); o != nil {
+			opened[name] = o
+		}
 	}
 	return opened
 }
@@ -137,32 +122,29 @@ func (a *Announcer) openLink(name string, ifi net.Interface, addrs map[netip.Add
 		fail(all, ErrNoInterface)
 		return nil
 	}
-	if len(ifi.HardwareAddr) != len(mac{}) {
+	if len(ifi.HardwareAddr) != len(l2.MAC{}) {
 		fail(all, fmt.Errorf("%w (hardware address %q)", ErrNoMAC, ifi.HardwareAddr.String()))
 		return nil
 	}
 	old := a.links[name]
 	o := &opening{ifi: ifi}
-	o.fresh = old == nil || old.broken.Load() || old.index != ifi.Index || old.mac != mac(ifi.HardwareAddr)
+	o.fresh = old == nil || old.broken.Load() || old.index != ifi.Index || old.mac != l2.MAC(ifi.HardwareAddr)
 	var v4, v6 bool
 	for addr := range addrs {
 		v4, v6 = v4 || addr.Is4(), v6 || addr.Is6()
 	}
 	if v4 && (o.fresh || old.arp == nil) {
-		if c, err := listen(&ifi, etherTypeARP, arpFilter); err != nil {
+		if c, err := a.sockets.ListenARP(ifi); err != nil {
 			fail(netip.Addr.Is4, fmt.Errorf("ARP socket: %w", err))
 		} else {
 			o.arp = c
 		}
 	}
 	if v6 && (o.fresh || old.ndp == nil) {
-		if c, err := listen(&ifi, etherTypeIPv6, nsFilter); err != nil {
+		if c, err := a.sockets.ListenNDP(ifi); err != nil {
 			fail(netip.Addr.Is6, fmt.Errorf("NDP socket: %w", err))
-		} else if g, err := openGroups(ifi.Index); err != nil {
-			c.Close()
-			fail(netip.Addr.Is6, err)
 		} else {
-			o.ndp, o.groups = c, g
+			o.ndp = c
 		}
 	}
 	if !o.fresh && o.arp == nil && o.ndp == nil {
@@ -184,14 +166,14 @@ func (a *Announcer) install(name string, o *opening) {
 		if o.arp == nil && o.ndp == nil {
 			return
 		}
-		l = &link{name: name, index: o.ifi.Index, mac: mac(o.ifi.HardwareAddr), owned: map[netip.Addr]bool{}}
+		l = &link{name: name, index: o.ifi.Index, mac: l2.MAC(o.ifi.HardwareAddr), owned: map[netip.Addr]bool{}}
 		a.links[name] = l
 	}
 	if o.arp != nil {
 		l.arp = o.arp
 	}
 	if o.ndp != nil {
-		l.ndp, l.groups = o.ndp, o.groups
+		l.ndp = o.ndp
 	}
 	if a.running {
 		a.startReaders(l, o.arp, o.ndp)
@@ -208,7 +190,7 @@ func (a *Announcer) own(l *link, addrs map[netip.Addr]bool, failed map[pair]erro
 		}
 		delete(l.owned, addr)
 		if addr.Is6() {
-			if err := l.groups.leave(addr); err != nil {
+			if err := l.ndp.Leave(addr); err != nil {
 				a.log.Warn("leaving solicited-node group", "addr", addr, "interface", l.name, "err", err)
 			}
 		}
@@ -219,14 +201,14 @@ func (a *Announcer) own(l *link, addrs map[netip.Addr]bool, failed map[pair]erro
 		if l.owned[addr] || failed[p] != nil {
 			continue
 		}
-		if l.conn(addr) == nil {
+		if !l.serves(addr) {
 			// open records a failure for every family it cannot open; this keeps a broken
 			// invariant from turning into a nil socket on the hot path.
 			failed[p] = errors.New("no socket for its address family")
 			continue
 		}
 		if addr.Is6() {
-			if err := l.groups.join(addr); err != nil {
+			if err := l.ndp.Join(addr); err != nil {
 				failed[p] = err
 				continue
 			}

@@ -14,9 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/kernel/link"
 )
 
 // Defaults of Config.
@@ -57,8 +58,11 @@ type Config struct {
 	// Rejected counts a refused heartbeat by its reason (RejectReasons); nil: not counted.
 	Rejected func(reason string)
 	Leases   LeaseView // nil without a cluster
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Links finds the interfaces by name; nil: the kernel's, in the network namespace
+	// Open is called in. The group closes it.
+	Links link.Links
+	Log   *slog.Logger
+	Now   func() time.Time
 }
 
 // Group sends this gateway's heartbeats and hears its peers'. Open it in the network
@@ -67,8 +71,8 @@ type Group struct {
 	cfg  Config
 	conn *net.UDPConn
 	pc   *ipv4.PacketConn
-	// nl finds interfaces in the namespace the group was opened in, whatever thread asks.
-	nl        *netlink.Handle
+	// links finds interfaces in the namespace the group was opened in, whatever thread asks.
+	links     link.Links
 	dst       *net.UDPAddr
 	wake      chan struct{} // a heartbeat to send now (draining changed)
 	closeOnce sync.Once
@@ -150,15 +154,15 @@ func Open(cfg Config) (*Group, error) {
 		conn.Close()
 		return nil, fmt.Errorf("member: %w", err)
 	}
-	// Only rtnetlink: a handle with every protocol also opens NETLINK_XFRM, which the
-	// firmware's kernels lack.
-	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("member: netlink: %w", err)
+	links := cfg.Links
+	if links == nil {
+		if links, err = link.Open(); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("member: %w", err)
+		}
 	}
 	g := &Group{
-		cfg: cfg, conn: conn, pc: pc, nl: nl, marks: marks,
+		cfg: cfg, conn: conn, pc: pc, links: links, marks: marks,
 		dst:  &net.UDPAddr{IP: cfg.Group.AsSlice(), Port: cfg.Port},
 		wake: make(chan struct{}, 1), notif: make(chan struct{}, 1), keyed: make(chan struct{}),
 		view:   NewView(cfg.Name, cfg.Timeout, cfg.LeaseFresh, now),
@@ -179,12 +183,11 @@ func (g *Group) join() {
 		if _, ok := g.joined[name]; ok {
 			continue
 		}
-		link, err := g.nl.LinkByName(name)
+		l, err := g.links.ByName(name)
 		if err != nil {
 			continue // not there (yet)
 		}
-		a := link.Attrs()
-		ifi := &net.Interface{Index: a.Index, MTU: a.MTU, Name: a.Name, HardwareAddr: a.HardwareAddr, Flags: a.Flags}
+		ifi := &l.Interface
 		// EADDRINUSE: joined before, dropped by SetInterfaces, wanted again.
 		if err := g.pc.JoinGroup(ifi, &net.UDPAddr{IP: g.cfg.Group.AsSlice()}); err != nil && !errors.Is(err, unix.EADDRINUSE) {
 			g.cfg.Log.Warn("heartbeats: cannot join the group on the interface", "interface", name, "group", g.cfg.Group, "err", err)
@@ -210,12 +213,12 @@ func (g *Group) SetInterfaces(names []string) {
 	g.join()
 }
 
-// Close releases the socket and the netlink handle. Run does so itself when it returns;
+// Close releases the socket and the interface lookup. Run does so itself when it returns;
 // Close is for a Group that never ran (a daemon whose start failed), and is safe after Run.
 func (g *Group) Close() {
 	g.closeOnce.Do(func() {
 		g.conn.Close()
-		g.nl.Close()
+		g.links.Close()
 	})
 }
 
@@ -382,9 +385,8 @@ func (g *Group) checkLinks() {
 	defer g.mu.Unlock()
 	anyUp, cameBack := len(g.joined) == 0, false
 	for name := range g.joined {
-		link, err := g.nl.LinkByName(name)
-		up := err == nil && (link.Attrs().OperState == netlink.OperUp ||
-			link.Attrs().OperState == netlink.OperUnknown && link.Attrs().Flags&net.FlagUp != 0)
+		l, err := g.links.ByName(name)
+		up := err == nil && l.Up
 		if was, known := g.linkUp[name]; known && !was && up {
 			cameBack = true
 			g.cfg.Log.Info("heartbeats: link back; listening before claiming", "interface", name)

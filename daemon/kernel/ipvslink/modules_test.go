@@ -1,4 +1,4 @@
-package ipvs
+package ipvslink
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package announce
+package l2
 
 import (
 	"errors"
@@ -12,10 +12,10 @@ import (
 // tests and the lab move single threads between namespaces).
 const netnsPath = "/proc/thread-self/ns/net"
 
-// netnsPin holds the network namespace an Announcer serves. Sockets belong to the
+// netnsPin holds the network namespace a Namespace serves. Sockets belong to the
 // namespace of the thread that opens them, and interface names resolve there, so every
 // socket and interface lookup runs on a thread inside it, whichever goroutine asks: a
-// retry from Run's goroutine can never open a socket on a same-named interface of
+// retry from the announcer's Run can never open a socket on a same-named interface of
 // another namespace.
 type netnsPin struct {
 	fd       int
