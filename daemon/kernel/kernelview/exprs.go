@@ -39,6 +39,8 @@ const (
 	kindProto
 	kindMark
 	kindIfname
+	kindNum      // a number in host byte order (numgen)
+	kindAddrType // fib's address type
 )
 
 // operand is what a register holds: where it was loaded from and how its bytes read.
@@ -47,6 +49,7 @@ type operand struct {
 	kind kind
 	ipt  string // the iptables option that compares it ("-s", "-p", "--dport"), if any
 	bits int    // a prefix mask applied to an address (bitwise), 0 when none
+	data []byte // what an immediate loaded
 }
 
 // ruleRenderer turns one rule's expressions into text. Expressions it does not know, or
@@ -148,6 +151,7 @@ var decoders = map[string]func() expr.Any{
 	"nat": func() expr.Any { return &expr.NAT{} }, "masq": func() expr.Any { return &expr.Masq{} },
 	"numgen": func() expr.Any { return &expr.Numgen{} }, "reject": func() expr.Any { return &expr.Reject{} },
 	"range": func() expr.Any { return &expr.Range{} }, "objref": func() expr.Any { return &expr.Objref{} },
+	"fib": func() expr.Any { return &expr.Fib{} },
 }
 
 // rule renders a rule's expressions and its comment in the renderer's style.
@@ -221,19 +225,23 @@ func (r *ruleRenderer) expr(e rawExpr) {
 		o := operand{desc: fmt.Sprintf("ct key %d", x.Key)}
 		switch x.Key {
 		case expr.CtKeySTATE:
-			o.desc = "ct state"
+			o.desc, o.kind = "ct state", kindMark
 		case expr.CtKeySTATUS:
-			o.desc = "ct status"
+			o.desc, o.kind = "ct status", kindMark
 		case expr.CtKeyMARK:
 			o.desc, o.kind = "ct mark", kindMark
 		}
 		r.set(x.Register, o)
 	case *expr.Bitwise:
 		o := r.get(x.SourceRegister)
-		if o.kind == kindAddr && bytes.Count(x.Xor, []byte{0}) == len(x.Xor) {
+		zeroXor := bytes.Count(x.Xor, []byte{0}) == len(x.Xor)
+		switch {
+		case o.kind == kindAddr && zeroXor:
 			o.bits = maskBits(x.Mask)
-		} else {
-			o = operand{desc: fmt.Sprintf("%s & 0x%s ^ 0x%s", o.desc, hex.EncodeToString(x.Mask), hex.EncodeToString(x.Xor))}
+		case zeroXor:
+			o.desc += " & " + value(o, x.Mask)
+		default:
+			o.desc = fmt.Sprintf("%s & %s ^ %s", o.desc, value(o, x.Mask), value(o, x.Xor))
 		}
 		r.set(x.DestRegister, o)
 	case *expr.Numgen:
@@ -245,9 +253,27 @@ func (r *ruleRenderer) expr(e rawExpr) {
 		if x.Offset != 0 {
 			d += fmt.Sprintf(" offset %d", x.Offset)
 		}
-		r.set(x.Register, operand{desc: d})
+		r.set(x.Register, operand{desc: d, kind: kindNum})
+	case *expr.Fib:
+		d := "fib"
+		for _, f := range []struct {
+			on   bool
+			name string
+		}{{x.FlagSADDR, "saddr"}, {x.FlagDADDR, "daddr"}, {x.FlagMARK, "mark"}, {x.FlagIIF, "iif"}, {x.FlagOIF, "oif"}} {
+			if f.on {
+				d += " " + f.name
+			}
+		}
+		o := operand{desc: d + " oif"}
+		switch {
+		case x.ResultADDRTYPE:
+			o = operand{desc: d + " type", kind: kindAddrType}
+		case x.ResultOIFNAME:
+			o = operand{desc: d + " oifname", kind: kindIfname}
+		}
+		r.set(x.Register, o)
 	case *expr.Immediate:
-		r.set(x.Register, operand{desc: "0x" + hex.EncodeToString(x.Data)})
+		r.set(x.Register, operand{desc: "0x" + hex.EncodeToString(x.Data), data: x.Data})
 	case *expr.Cmp:
 		o := r.get(x.Register)
 		v := value(o, x.Data)
@@ -307,9 +333,19 @@ func (r *ruleRenderer) expr(e rawExpr) {
 		to := ""
 		if x.RegAddrMin != 0 {
 			to = r.get(x.RegAddrMin).desc
+			if a, ok := netip.AddrFromSlice(r.get(x.RegAddrMin).data); ok {
+				to = a.String()
+				if a.Is6() && x.RegProtoMin != 0 {
+					to = "[" + to + "]"
+				}
+			}
 		}
 		if x.RegProtoMin != 0 {
-			to += ":" + r.get(x.RegProtoMin).desc
+			port := r.get(x.RegProtoMin)
+			if len(port.data) == 2 {
+				port.desc = strconv.Itoa(int(binary.BigEndian.Uint16(port.data)))
+			}
+			to += ":" + port.desc
 		}
 		s := kind
 		if to != "" {
@@ -392,6 +428,11 @@ func maskBits(mask []byte) int {
 var protoNames = map[byte]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_SCTP: "sctp",
 	unix.IPPROTO_ICMP: "icmp", unix.IPPROTO_ICMPV6: "ipv6-icmp"}
 
+// addrTypes names the address types fib reports (RTN_*).
+var addrTypes = map[uint32]string{unix.RTN_UNICAST: "unicast", unix.RTN_LOCAL: "local", unix.RTN_BROADCAST: "broadcast",
+	unix.RTN_ANYCAST: "anycast", unix.RTN_MULTICAST: "multicast", unix.RTN_BLACKHOLE: "blackhole",
+	unix.RTN_UNREACHABLE: "unreachable", unix.RTN_PROHIBIT: "prohibit"}
+
 // value prints bytes compared with an operand as its kind reads.
 func value(o operand, data []byte) string {
 	switch o.kind {
@@ -431,6 +472,14 @@ func value(o operand, data []byte) string {
 		}
 	case kindIfname:
 		return strconv.Quote(string(bytes.TrimRight(data, "\x00")))
+	case kindNum, kindAddrType:
+		if len(data) == 4 {
+			n := binary.NativeEndian.Uint32(data)
+			if t, ok := addrTypes[n]; ok && o.kind == kindAddrType {
+				return t
+			}
+			return strconv.Itoa(int(n))
+		}
 	}
 	return "0x" + hex.EncodeToString(data)
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
@@ -20,9 +20,9 @@ import (
 // The ruleset as the kernel holds it, read back through netlink: every table of every
 // family, so that hand edits and other programs' tables show beside edgegate's. Tables and
 // chains come in one dump each, the rules one dump per chain (a dump of a whole table
-// costs the kernel time quadratic in its rules, see Counters), sets through
-// google/nftables. Expressions are decoded here rather than by google/nftables, which
-// drops those it does not know: they print raw.
+// costs the kernel time quadratic in its rules, see Counters), then sets and elements.
+// Messages are decoded here rather than by google/nftables, which drops the expressions it
+// does not know and fails on set types it does not know: those print raw.
 
 type nftChain struct {
 	name, typ string
@@ -78,10 +78,7 @@ func readTables(d *dumper, keep func(family byte, table string) bool) ([]*nftTab
 	var tables []*nftTable
 	byKey := map[string]*nftTable{}
 	err := d.dump(unix.NFT_MSG_GETTABLE, nil, func(data []byte) error {
-		if len(data) < 4 {
-			return errors.New("short message")
-		}
-		ad, err := netlink.NewAttributeDecoder(data[4:])
+		ad, err := attrsOf(data)
 		if err != nil {
 			return err
 		}
@@ -101,14 +98,10 @@ func readTables(d *dumper, keep func(family byte, table string) bool) ([]*nftTab
 		return nil, fmt.Errorf("tables: %w", err)
 	}
 	err = d.dump(unix.NFT_MSG_GETCHAIN, nil, func(data []byte) error {
-		if len(data) < 4 {
-			return errors.New("short message")
-		}
-		ad, err := netlink.NewAttributeDecoder(data[4:])
+		ad, err := attrsOf(data)
 		if err != nil {
 			return err
 		}
-		ad.ByteOrder = binary.BigEndian
 		c, table := &nftChain{}, ""
 		for ad.Next() {
 			switch ad.Type() {
@@ -156,10 +149,7 @@ func (d *dumper) rules(family byte, table, chain string, fn func(exprs []rawExpr
 		{Type: unix.NFTA_RULE_CHAIN, Data: append([]byte(chain), 0)},
 	})
 	err := d.dump(unix.NFT_MSG_GETRULE, attrs, func(data []byte) error {
-		if len(data) < 4 {
-			return errors.New("short message")
-		}
-		ad, err := netlink.NewAttributeDecoder(data[4:])
+		ad, err := attrsOf(data)
 		if err != nil {
 			return err
 		}
@@ -218,16 +208,12 @@ func RenderNFT(t *view.Text, keep func(family byte, table string) bool) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	conn, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
 	for _, tb := range tables {
 		if t.Full() {
 			return nil
 		}
 		t.Printf("table %s %s {\n", familyName(tb.family), tb.name)
-		renderSets(t, conn, tb)
+		renderSets(t, d, tb)
 		r := &ruleRenderer{family: tb.family, style: nftStyle}
 		for _, c := range tb.chains {
 			t.Printf("\tchain %s {\n", c.name)
@@ -254,120 +240,260 @@ func RenderNFT(t *view.Text, keep func(family byte, table string) bool) error {
 	return nil
 }
 
+// nftSet is a named set or map as the kernel describes it.
+type nftSet struct {
+	name              string
+	flags             uint32
+	keyType, dataType uint32
+}
+
+// readSets lists a table's named sets and maps.
+func (d *dumper) readSets(family byte, table string) ([]nftSet, error) {
+	d.family = family
+	attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_SET_TABLE, Data: append([]byte(table), 0)}})
+	var sets []nftSet
+	err := d.dump(unix.NFT_MSG_GETSET, attrs, func(data []byte) error {
+		ad, err := attrsOf(data)
+		if err != nil {
+			return err
+		}
+		var s nftSet
+		for ad.Next() {
+			switch ad.Type() {
+			case unix.NFTA_SET_NAME:
+				s.name = ad.String()
+			case unix.NFTA_SET_FLAGS:
+				s.flags = ad.Uint32()
+			case unix.NFTA_SET_KEY_TYPE:
+				s.keyType = ad.Uint32()
+			case unix.NFTA_SET_DATA_TYPE:
+				s.dataType = ad.Uint32()
+			}
+		}
+		if s.flags&unix.NFT_SET_ANONYMOUS == 0 {
+			sets = append(sets, s)
+		}
+		return ad.Err()
+	})
+	return sets, err
+}
+
+// attrsOf decodes the attributes of an nftables message (after struct nfgenmsg), numbers
+// in network byte order.
+func attrsOf(data []byte) (*netlink.AttributeDecoder, error) {
+	if len(data) < 4 {
+		return nil, errors.New("short message")
+	}
+	ad, err := netlink.NewAttributeDecoder(data[4:])
+	if err != nil {
+		return nil, err
+	}
+	ad.ByteOrder = binary.BigEndian
+	return ad, nil
+}
+
+// elements dumps a set's elements, each printed by the set's types.
+func (d *dumper) elements(family byte, table string, s nftSet, fn func(text string)) error {
+	d.family = family
+	attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_SET_ELEM_LIST_TABLE, Data: append([]byte(table), 0)},
+		{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: append([]byte(s.name), 0)},
+	})
+	return d.dump(unix.NFT_MSG_GETSETELEM, attrs, func(data []byte) error {
+		ad, err := attrsOf(data)
+		if err != nil {
+			return err
+		}
+		for ad.Next() {
+			if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+				continue
+			}
+			ad.Nested(func(list *netlink.AttributeDecoder) error {
+				for list.Next() {
+					list.Nested(func(e *netlink.AttributeDecoder) error {
+						fn(elementText(s, e))
+						return nil
+					})
+				}
+				return nil
+			})
+		}
+		return ad.Err()
+	})
+}
+
+// elementText prints one element: its key (each field of a concatenation), the end of a
+// range, and a map's value or verdict.
+func elementText(s nftSet, e *netlink.AttributeDecoder) string {
+	e.ByteOrder = binary.BigEndian
+	var key, keyEnd, val string
+	var flags uint32
+	for e.Next() {
+		switch e.Type() {
+		case unix.NFTA_SET_ELEM_KEY:
+			key = datumText(s.keyType, nestedValue(e))
+		case nftaSetElemKeyEnd:
+			keyEnd = datumText(s.keyType, nestedValue(e))
+		case unix.NFTA_SET_ELEM_FLAGS:
+			flags = e.Uint32()
+		case unix.NFTA_SET_ELEM_DATA:
+			e.Nested(func(d *netlink.AttributeDecoder) error {
+				d.ByteOrder = binary.BigEndian
+				for d.Next() {
+					switch d.Type() {
+					case unix.NFTA_DATA_VALUE:
+						val = datumText(s.dataType, d.Bytes())
+					case unix.NFTA_DATA_VERDICT:
+						v := &expr.Verdict{}
+						d.Nested(func(vd *netlink.AttributeDecoder) error {
+							vd.ByteOrder = binary.BigEndian
+							for vd.Next() {
+								switch vd.Type() {
+								case unix.NFTA_VERDICT_CODE:
+									v.Kind = expr.VerdictKind(int32(vd.Uint32()))
+								case unix.NFTA_VERDICT_CHAIN:
+									v.Chain = vd.String()
+								}
+							}
+							return nil
+						})
+						val = verdictText(v)
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if keyEnd != "" {
+		key += "-" + keyEnd
+	}
+	if flags&unix.NFT_SET_ELEM_INTERVAL_END != 0 {
+		key = "end " + key
+	}
+	if val != "" {
+		key += " : " + val
+	}
+	return key
+}
+
+// nftaSetElemKeyEnd is NFTA_SET_ELEM_KEY_END (the end of a concatenated range), which
+// x/sys/unix does not name.
+const nftaSetElemKeyEnd = 10
+
+// nestedValue reads the NFTA_DATA_VALUE inside a key attribute.
+func nestedValue(e *netlink.AttributeDecoder) []byte {
+	var v []byte
+	e.Nested(func(d *netlink.AttributeDecoder) error {
+		for d.Next() {
+			if d.Type() == unix.NFTA_DATA_VALUE {
+				v = d.Bytes()
+			}
+		}
+		return nil
+	})
+	return v
+}
+
+// datatypes are nft's datatype numbers (src/datatype.h) that the view prints by name, with
+// their sizes; a concatenation packs them 6 bits each, the first field highest.
+var datatypes = map[uint32]struct {
+	name string
+	size int
+}{7: {"ipv4_addr", 4}, 8: {"ipv6_addr", 16}, 12: {"inet_proto", 1}, 13: {"inet_service", 2}, 19: {"mark", 4},
+	41: {"ifname", 16}}
+
+// fieldsOf splits a set's type into its fields; ok is false when one is not known.
+func fieldsOf(typ uint32) (names []string, sizes []int, ok bool) {
+	ok = true
+	for ; typ != 0; typ >>= 6 {
+		dt, known := datatypes[typ&0x3f]
+		if !known {
+			ok = false
+			dt.name = fmt.Sprintf("type-%d", typ&0x3f)
+		}
+		names = append([]string{dt.name}, names...)
+		sizes = append([]int{dt.size}, sizes...)
+	}
+	return names, sizes, ok
+}
+
+func typeName(typ uint32) string {
+	if typ == unix.NFT_DATA_VERDICT {
+		return "verdict"
+	}
+	names, _, _ := fieldsOf(typ)
+	return strings.Join(names, " . ")
+}
+
+// datumText prints a key or value by its type: each field of a concatenation (padded to 4
+// bytes), raw hex where a type is not known or the bytes do not fit it.
+func datumText(typ uint32, b []byte) string {
+	names, sizes, ok := fieldsOf(typ)
+	if !ok || len(names) == 0 {
+		return "0x" + hex.EncodeToString(b)
+	}
+	if len(names) == 1 {
+		return scalarText(names[0], b)
+	}
+	var parts []string
+	rest := b
+	for i, n := range names {
+		padded := (sizes[i] + 3) / 4 * 4
+		if len(rest) < padded {
+			return "0x" + hex.EncodeToString(b)
+		}
+		parts = append(parts, scalarText(n, rest[:sizes[i]]))
+		rest = rest[padded:]
+	}
+	return strings.Join(parts, " . ")
+}
+
 // renderSets writes a table's named sets and maps with their elements. A set that cannot
 // be read is a comment: the rest of the ruleset still shows.
-func renderSets(t *view.Text, conn *nftables.Conn, tb *nftTable) {
-	nt := &nftables.Table{Name: tb.name, Family: nftables.TableFamily(tb.family)}
-	sets, err := conn.GetSets(nt)
+func renderSets(t *view.Text, d *dumper, tb *nftTable) {
+	sets, err := d.readSets(tb.family, tb.name)
 	if err != nil {
 		t.Printf("\t# sets: %v\n", err)
 		return
 	}
 	for _, s := range sets {
-		if s.Anonymous || t.Full() {
-			continue
+		if t.Full() {
+			return
 		}
-		what := "set"
-		if s.IsMap {
-			what = "map"
+		what, typ := "set", typeName(s.keyType)
+		if s.flags&unix.NFT_SET_MAP != 0 {
+			what, typ = "map", typ+" : "+typeName(s.dataType)
 		}
-		t.Printf("\t%s %s {\n", what, s.Name)
-		typ := s.KeyType.Name
-		if s.IsMap {
-			typ += " : " + s.DataType.Name
-		}
-		t.Printf("\t\ttype %s\n", typ)
+		t.Printf("\t%s %s {\n\t\ttype %s\n", what, s.name, typ)
 		var flags []string
-		if s.Interval {
-			flags = append(flags, "interval")
-		}
-		if s.Constant {
-			flags = append(flags, "constant")
-		}
-		if s.Dynamic {
-			flags = append(flags, "dynamic")
-		}
-		if s.HasTimeout {
-			flags = append(flags, "timeout")
+		for _, f := range []struct {
+			bit  uint32
+			name string
+		}{{unix.NFT_SET_CONSTANT, "constant"}, {unix.NFT_SET_INTERVAL, "interval"}, {unix.NFT_SET_TIMEOUT, "timeout"},
+			{unix.NFT_SET_EVAL, "dynamic"}} {
+			if s.flags&f.bit != 0 {
+				flags = append(flags, f.name)
+			}
 		}
 		if len(flags) > 0 {
 			t.Printf("\t\tflags %s\n", strings.Join(flags, ","))
 		}
-		elems, err := conn.GetSetElements(s)
+		first := true
+		err := d.elements(tb.family, tb.name, s, func(text string) {
+			if first {
+				t.Printf("\t\telements = {\n")
+				first = false
+			}
+			t.Printf("\t\t\t%s,\n", text)
+		})
 		if err != nil {
 			t.Printf("\t\t# elements: %v\n", err)
-		} else if len(elems) > 0 {
-			t.Printf("\t\telements = {\n")
-			for _, e := range elems {
-				if t.Full() {
-					return
-				}
-				t.Printf("\t\t\t%s,\n", elementText(s, e))
-			}
+		}
+		if !first {
 			t.Printf("\t\t}\n")
 		}
 		t.Printf("\t}\n")
 	}
-}
-
-// elementText prints an element by the set's types: its key (each field of a
-// concatenation), the end of an interval, and a map's value or verdict.
-func elementText(s *nftables.Set, e nftables.SetElement) string {
-	key := datumText(s.KeyType, e.Key)
-	if len(e.KeyEnd) > 0 {
-		key += "-" + datumText(s.KeyType, e.KeyEnd)
-	}
-	if e.IntervalEnd {
-		key = "end " + key
-	}
-	switch {
-	case e.VerdictData != nil:
-		key += " : " + verdictText(e.VerdictData)
-	case s.IsMap && len(e.Val) > 0:
-		key += " : " + datumText(s.DataType, e.Val)
-	}
-	return key
-}
-
-func datumText(t nftables.SetDatatype, b []byte) string {
-	fields := nftables.ConcatSetTypeElements(t)
-	if len(fields) <= 1 {
-		return scalarText(t.Name, b)
-	}
-	var parts []string
-	for _, f := range fields {
-		n := (int(f.Bytes) + 3) / 4 * 4
-		if len(b) < n {
-			return "0x" + hex.EncodeToString(b) // not the layout the type says: raw
-		}
-		parts = append(parts, scalarText(f.Name, b[:f.Bytes]))
-		b = b[n:]
-	}
-	return strings.Join(parts, " . ")
-}
-
-func scalarText(typ string, b []byte) string {
-	switch typ {
-	case "ipv4_addr", "ipv6_addr":
-		if a, ok := netip.AddrFromSlice(b); ok {
-			return a.String()
-		}
-	case "inet_service":
-		if len(b) == 2 {
-			return strconv.Itoa(int(binary.BigEndian.Uint16(b)))
-		}
-	case "inet_proto":
-		if len(b) == 1 {
-			return value(operand{kind: kindProto}, b)
-		}
-	case "mark":
-		if len(b) == 4 {
-			return fmt.Sprintf("0x%08x", binary.NativeEndian.Uint32(b))
-		}
-	case "ifname":
-		return value(operand{kind: kindIfname}, b)
-	}
-	return "0x" + hex.EncodeToString(b)
 }
 
 // xtablesTables are the tables iptables-save prints.
@@ -426,4 +552,28 @@ func RenderIPTables(t *view.Text) error {
 		t.Printf("# other nftables tables (see nft list ruleset): %s\n", strings.Join(others, ", "))
 	}
 	return nil
+}
+
+func scalarText(typ string, b []byte) string {
+	switch typ {
+	case "ipv4_addr", "ipv6_addr":
+		if a, ok := netip.AddrFromSlice(b); ok {
+			return a.String()
+		}
+	case "inet_service":
+		if len(b) == 2 {
+			return strconv.Itoa(int(binary.BigEndian.Uint16(b)))
+		}
+	case "inet_proto":
+		if len(b) == 1 {
+			return value(operand{kind: kindProto}, b)
+		}
+	case "mark":
+		if len(b) == 4 {
+			return fmt.Sprintf("0x%08x", binary.NativeEndian.Uint32(b))
+		}
+	case "ifname":
+		return value(operand{kind: kindIfname}, b)
+	}
+	return "0x" + hex.EncodeToString(b)
 }
