@@ -1,9 +1,11 @@
 package kernelview
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -136,5 +138,28 @@ func TestIPTablesReadBack(t *testing.T) {
 			"-A EG-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n",
 			"-A PREROUTING -m comment --comment \"edgegate service portals\" -j EG-SERVICES\n",
 			"COMMIT\n# IPv6\n")
+	})
+}
+
+// BenchmarkRenderNFT reads back the table of 10,000 Services with 10 endpoints each, whole
+// (-run '^$' -bench RenderNFT -benchtime 1x) and as the view caps it.
+func BenchmarkRenderNFT(b *testing.B) {
+	kerneltest.InNetns(b, "egview", func(string) {
+		snap := mt.Snapshot(mt.BenchObjects(10000, 10)...)
+		if _, err := nft.New().Apply([]*plan.Table{plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
+			b.Fatal(err)
+		}
+		// Sub-benchmarks would run on other threads, outside the namespace: one loop.
+		for b.Loop() {
+			for _, limit := range []int{1 << 30, view.DefaultLimit} {
+				began := time.Now()
+				x := view.NewText(limit)
+				if err := RenderNFT(x, allTables); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(len(x.String())), fmt.Sprintf("bytes@%dMiB", limit>>20))
+				b.ReportMetric(time.Since(began).Seconds(), fmt.Sprintf("s@%dMiB", limit>>20))
+			}
+		}
 	})
 }
