@@ -78,7 +78,11 @@ func (v *IPVSView) Rules() (string, error) {
 		nft = "# " + err.Error() + "\n"
 	}
 	x := view.NewText(0)
-	x.Printf("%s", table)
+	for line := range strings.Lines(table) {
+		if x.Printf("%s", line); x.Full() {
+			break
+		}
+	}
 	return x.String() + "\n# nftables: the auxiliary tables, and any other\n" + nft, nil
 }
 
