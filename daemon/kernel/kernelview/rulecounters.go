@@ -149,23 +149,34 @@ func chainOf(data []byte) (table, name string, err error) {
 // ruleCounter decodes one rule message (after its netlink header): its comment and the
 // values of its first counter expression; ok is false when it lacks either.
 func ruleCounter(data []byte) (comment string, c view.BackendTraffic, ok bool, err error) {
-	if len(data) < 4 {
-		return "", c, false, errors.New("short message")
-	}
-	ad, err := netlink.NewAttributeDecoder(data[4:]) // after struct nfgenmsg
+	var hasCounter bool
+	comment, hasComment, err := decodeRule(data, func(e *netlink.AttributeDecoder) bool {
+		c, hasCounter = counterExpr(e)
+		return !hasCounter
+	})
 	if err != nil {
 		return "", c, false, err
 	}
-	var hasComment, hasCounter bool
+	return comment, c, hasComment && hasCounter, nil
+}
+
+// decodeRule decodes a rule message (after its netlink header): its comment, and each of
+// its expressions handed to expr in order until expr returns false.
+func decodeRule(data []byte, expr func(e *netlink.AttributeDecoder) (more bool)) (comment string, hasComment bool, err error) {
+	ad, err := attrsOf(data)
+	if err != nil {
+		return "", false, err
+	}
+	more := true
 	for ad.Next() {
 		switch ad.Type() {
 		case unix.NFTA_RULE_USERDATA:
 			comment, hasComment = userComment(ad.Bytes())
 		case unix.NFTA_RULE_EXPRESSIONS:
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
-				for list.Next() && !hasCounter {
+				for more && list.Next() {
 					list.Nested(func(e *netlink.AttributeDecoder) error {
-						c, hasCounter = counterExpr(e)
+						more = expr(e)
 						return nil
 					})
 				}
@@ -173,10 +184,7 @@ func ruleCounter(data []byte) (comment string, c view.BackendTraffic, ok bool, e
 			})
 		}
 	}
-	if err := ad.Err(); err != nil {
-		return "", c, false, err
-	}
-	return comment, c, hasComment && hasCounter, nil
+	return comment, hasComment, ad.Err()
 }
 
 // counterExpr decodes one expression if it is a counter.

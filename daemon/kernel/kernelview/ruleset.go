@@ -149,38 +149,21 @@ func (d *dumper) rules(family byte, table, chain string, fn func(exprs []rawExpr
 		{Type: unix.NFTA_RULE_CHAIN, Data: append([]byte(chain), 0)},
 	})
 	err := d.dump(unix.NFT_MSG_GETRULE, attrs, func(data []byte) error {
-		ad, err := attrsOf(data)
-		if err != nil {
-			return err
-		}
 		var exprs []rawExpr
-		var comment string
-		for ad.Next() {
-			switch ad.Type() {
-			case unix.NFTA_RULE_USERDATA:
-				comment, _ = userComment(ad.Bytes())
-			case unix.NFTA_RULE_EXPRESSIONS:
-				ad.Nested(func(list *netlink.AttributeDecoder) error {
-					for list.Next() {
-						list.Nested(func(e *netlink.AttributeDecoder) error {
-							var x rawExpr
-							for e.Next() {
-								switch e.Type() {
-								case unix.NFTA_EXPR_NAME:
-									x.name = e.String()
-								case unix.NFTA_EXPR_DATA:
-									x.data = e.Bytes()
-								}
-							}
-							exprs = append(exprs, x)
-							return nil
-						})
-					}
-					return nil
-				})
+		comment, _, err := decodeRule(data, func(e *netlink.AttributeDecoder) bool {
+			var x rawExpr
+			for e.Next() {
+				switch e.Type() {
+				case unix.NFTA_EXPR_NAME:
+					x.name = e.String()
+				case unix.NFTA_EXPR_DATA:
+					x.data = e.Bytes()
+				}
 			}
-		}
-		if err := ad.Err(); err != nil {
+			exprs = append(exprs, x)
+			return true
+		})
+		if err != nil {
 			return err
 		}
 		fn(exprs, comment)

@@ -34,6 +34,16 @@ func inNetns(t *testing.T, ns, stdin string, args ...string) {
 	}
 }
 
+// render renders a view whole.
+func render(t *testing.T, fn func(*view.Text) error) string {
+	t.Helper()
+	x := view.NewText(0)
+	if err := fn(x); err != nil {
+		t.Fatal(err)
+	}
+	return x.String()
+}
+
 // contains checks that text holds every one of wants.
 func contains(t *testing.T, what, text string, wants ...string) {
 	t.Helper()
@@ -70,12 +80,7 @@ func TestRulesetShowsForeignRules(t *testing.T) {
 }
 `, "nft", "-f", "-")
 		inNetns(t, ns, "", "iptables-nft", "-t", "filter", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED", "-j", "ACCEPT")
-		x := view.NewText(0)
-		if err := RenderNFT(x, allTables); err != nil {
-			t.Fatal(err)
-		}
-		text := x.String()
-		contains(t, "the ruleset read back", text,
+		contains(t, "the ruleset read back", render(t, func(x *view.Text) error { return RenderNFT(x, allTables) }),
 			"table ip edgegate {\n",
 			"\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n",
 			"10.96.0.10 . tcp . 80 : goto service-",
@@ -88,11 +93,7 @@ func TestRulesetShowsForeignRules(t *testing.T) {
 			// iptables-nft's table, with its xtables match raw.
 			"table ip filter {\n\tchain INPUT {\n",
 			"xt match conntrack --rev 3 --info 0x0000")
-		rs := view.NewText(0)
-		if err := RenderIPTables(rs); err != nil {
-			t.Fatal(err)
-		}
-		contains(t, "the iptables tables read back", rs.String(),
+		contains(t, "the iptables tables read back", render(t, RenderIPTables),
 			"# IPv4\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m conntrack --rev 3 --info 0x0000",
 			" -j ACCEPT\nCOMMIT\n# IPv6\n",
 			"# other nftables tables (see nft list ruleset): ip edgegate\n")
@@ -125,11 +126,7 @@ func TestIPTablesReadBack(t *testing.T) {
 		if _, err := ipt.New().Apply([]*plan.IPTables{plan.IPT(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
 			t.Fatal(err)
 		}
-		rs := view.NewText(0)
-		if err := RenderIPTables(rs); err != nil {
-			t.Fatal(err)
-		}
-		contains(t, "the iptables mode's tables read back", rs.String(),
+		contains(t, "the iptables mode's tables read back", render(t, RenderIPTables),
 			"*nat\n",
 			":PREROUTING ACCEPT [0:0]\n",
 			"-A EG-SERVICES -p tcp -d 10.96.0.10 -m comment --comment \"default/web:http cluster IP\" --dport 80 -j EG-SVC-",
