@@ -17,7 +17,7 @@ FUZZTIME  ?= 40000x
 # Pure packages: no kernel, run with the race detector.
 PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
-             ./daemon/lb/pool/... ./daemon/update ./firmware/... ./daemon/listener/... \
+             ./daemon/lb/pool/... ./daemon/update ./firmware/... ./daemon/listener/... ./daemon/view/... \
              ./daemon/internal/layering
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).

@@ -167,10 +167,9 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, fw *firmware) error 
 		if plane, cert, err = managementPlane(cfg, pc.NodeName, log); err != nil {
 			log.Error("dashboard disabled", "err", err)
 		} else {
-			dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Plan: pc, Families: families,
-				NFTPerTable: cfg.NFTables.EndpointsPerTable,
-				Kernel:      kernelview.Kernel{}, Traffic: dashboard.TrafficFor(cfg.ProxyMode, families, kernelview.Kernel{}, kernelview.IPVSTraffic{}),
-				Gate: gate("dashboard")},
+			// The rules pages and the traffic are the dataplane's (dash.Record below).
+			dash, log = dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: pc.NodeName, Families: families,
+				Kernel: kernelview.Kernel{}, Gate: gate("dashboard")},
 				plane.Binds, cfg.DashboardTokenFile, cfg.StateDir, log)
 		}
 	}

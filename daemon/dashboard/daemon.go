@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-
-	"github.com/edgegate/edgegate/daemon/model"
 )
 
 // Plane is where and how the management plane is served: its addresses, its TLS (every
@@ -128,16 +126,4 @@ func (d *Dashboard) Rebind(p Plane) {
 	case d.rebind <- struct{}{}:
 	default: // a wake-up is pending; it reads the plane just set
 	}
-}
-
-// TrafficFor returns the traffic source of a proxy mode: the nftables mode's rule counters,
-// the IPVS table's stats (ipvsStats), nil for iptables mode, which has none yet.
-func TrafficFor(mode string, families []model.Family, counters NFTCounters, ipvsStats TrafficSource) TrafficSource {
-	switch {
-	case mode == ModeNFTables && counters != nil:
-		return &NFTTraffic{Counters: counters, Families: families}
-	case mode == ModeIPVS:
-		return ipvsStats
-	}
-	return nil
 }

@@ -2,17 +2,15 @@ package dashboard
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 // Hub keys, what the web UI reads.
@@ -33,16 +31,13 @@ const SyncLimit = 120
 
 // Options configure a Dashboard.
 type Options struct {
-	Version string
-	Mode    string // --proxy-mode
-	Node    string
-	Plan    plan.Config
-	// NFTPerTable is nftables mode's --nftables-endpoints-per-table: the rules page shows
-	// the dispatch split over tables as the daemon splits it.
-	NFTPerTable int
-	Families    []model.Family
-	// Traffic reads per-service and per-backend counters; nil shows none.
-	Traffic TrafficSource
+	Version  string
+	Mode     string // --proxy-mode
+	Node     string
+	Families []model.Family
+	// Views shows the proxy mode's rules and traffic; nil takes them from the dataplane
+	// Record wraps (proxy.Viewer), which reads its own kernel state.
+	Views view.Source
 	// Kernel reads addresses, routes and conntrack entries; nil shows none.
 	Kernel Kernel
 	// Token is the access token every request must carry.
@@ -64,54 +59,12 @@ type Options struct {
 	Upload listener.Upload
 }
 
-// TrafficSource reads the data plane's counters for the services of a snapshot. Each proxy
-// mode has its own: nftables rule counters, iptables rule counters, IPVS stats.
-type TrafficSource interface {
-	Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error)
-}
-
 // Kernel is what the dashboard reads from the kernel besides counters.
 type Kernel interface {
-	Network() (Network, error)
+	Network() (view.Network, error)
 	// Conntrack lists the connection tracking entries of a family, one line each in
 	// conntrack -L form.
 	Conntrack(f model.Family) ([]string, error)
-}
-
-// IPVSTable is implemented by a Kernel that can print the IPVS table (ipvsadm -Ln form,
-// then its --stats form).
-type IPVSTable interface {
-	IPVS() (string, error)
-}
-
-// ServiceTraffic is the cumulative count of one service port and of each of its backends
-// (keyed by endpoint address:port).
-type ServiceTraffic struct {
-	BackendTraffic
-	Backends map[string]BackendTraffic `json:"backends"`
-}
-
-// BackendTraffic is a cumulative count. Connections is new connections. The nftables
-// counters sit in NAT chains, which only a connection's first packet passes: there Packets
-// and Bytes are those first packets, and equal Connections. IPVS counts every packet and
-// byte of a connection, both ways.
-type BackendTraffic struct {
-	Connections uint64 `json:"connections"`
-	Packets     uint64 `json:"packets"`
-	Bytes       uint64 `json:"bytes"`
-}
-
-// Network is the node's interfaces with their addresses, and its routes.
-type Network struct {
-	Links  []Link   `json:"links"`
-	Routes []string `json:"routes"`
-}
-
-// Link is one interface.
-type Link struct {
-	Name  string   `json:"name"`
-	Up    bool     `json:"up"`
-	Addrs []string `json:"addrs"`
 }
 
 // Firmware is what the header shows.
@@ -172,6 +125,7 @@ type Dashboard struct {
 	drainState  DrainState
 	lb          func() any
 	updater     Updater
+	views       view.Source // the recorded dataplane's, unless Options.Views
 	// next is the plane Rebind asks for; rebind wakes Start to serve it.
 	next   *Plane
 	rebind chan struct{}
@@ -273,8 +227,27 @@ func (d *Dashboard) WatchLoadBalancer(fn func() any) {
 }
 
 // Record wraps a dataplane so that every Program call lands in the sync history and every
-// programmed snapshot in the service list.
-func (d *Dashboard) Record(dp proxy.Dataplane) proxy.Dataplane { return &recorder{Dataplane: dp, d: d} }
+// programmed snapshot in the service list. A dataplane that shows its operator views
+// (proxy.Viewer) answers the rules pages and the traffic from then on.
+func (d *Dashboard) Record(dp proxy.Dataplane) proxy.Dataplane {
+	if v, ok := dp.(proxy.Viewer); ok && v.OperatorViews() != nil {
+		d.mu.Lock()
+		d.views = v.OperatorViews()
+		d.mu.Unlock()
+	}
+	return &recorder{Dataplane: dp, d: d}
+}
+
+// source returns what shows the mode's rules and traffic, nil before a dataplane with
+// views was recorded.
+func (d *Dashboard) source() view.Source {
+	if d.opts.Views != nil {
+		return d.opts.Views
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.views
+}
 
 type recorder struct {
 	proxy.Dataplane
@@ -391,10 +364,10 @@ func (d *Dashboard) Run(ctx context.Context) {
 				report("the LoadBalancer IPs", err)
 			}
 		}
-		if d.opts.Traffic != nil && snap != nil {
-			tr, err := d.opts.Traffic.Traffic(snap)
+		if src := d.source(); src != nil && snap != nil {
+			tr, err := src.Traffic(snap)
 			report("traffic counters", err)
-			if err == nil {
+			if err == nil && tr != nil { // nil: the mode counts none
 				_ = d.hub.Set(KeyTraffic, tr)
 			}
 		}
@@ -427,77 +400,4 @@ func (d *Dashboard) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// NFTCounters reads the counters of the nftables mode's tables of a family (those tables
-// accepts: edgegate and the tables a split dispatch is spread over), each under the comment
-// of the rule that holds it.
-type NFTCounters interface {
-	Counters(f model.Family, tables func(name string) bool) (map[string]BackendTraffic, error)
-}
-
-// NFTTraffic is the nftables mode's TrafficSource: the plan gives the first rule of every
-// service chain and the DNAT rule of every endpoint a counter, labelled by the rule's
-// comment (see plan.Counter, plan.EndpointChain). A rule's counter restarts from zero
-// whenever its chain is written again (a full sync, a change of that service's endpoints);
-// NFTTraffic carries the counts across, so the numbers it reports never go back (what a
-// restart loses between two samples stays lost).
-type NFTTraffic struct {
-	Counters NFTCounters
-	Families []model.Family
-
-	mu   sync.Mutex
-	last map[string]BackendTraffic // raw kernel values at the previous read
-	base map[string]BackendTraffic // counts carried over restarts
-}
-
-// Traffic implements TrafficSource.
-func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error) {
-	raw := map[string]BackendTraffic{}
-	for _, f := range n.Families {
-		c, err := n.Counters.Counters(f, plan.NFTModeTable)
-		if err != nil {
-			return nil, fmt.Errorf("%s counters of the nftables tables: %w", f, err)
-		}
-		for name, v := range c {
-			raw[f.String()+" "+name] = v
-		}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.base == nil {
-		n.last, n.base = map[string]BackendTraffic{}, map[string]BackendTraffic{}
-	}
-	for key := range n.last {
-		if _, ok := raw[key]; !ok { // the endpoint is gone: forget it
-			delete(n.last, key)
-			delete(n.base, key)
-		}
-	}
-	all := map[string]BackendTraffic{}
-	for key, v := range raw {
-		if prev, ok := n.last[key]; ok && (v.Packets < prev.Packets || v.Bytes < prev.Bytes) {
-			b := n.base[key]
-			n.base[key] = BackendTraffic{Packets: b.Packets + prev.Packets, Bytes: b.Bytes + prev.Bytes}
-		}
-		n.last[key] = v
-		name := key[strings.IndexByte(key, ' ')+1:]
-		s, b := all[name], n.base[key]
-		all[name] = BackendTraffic{Packets: s.Packets + v.Packets + b.Packets, Bytes: s.Bytes + v.Bytes + b.Bytes}
-	}
-	out := map[string]ServiceTraffic{}
-	for _, sp := range snap.Sorted() {
-		st := ServiceTraffic{BackendTraffic: firstPackets(all["service-"+plan.ChainBase(sp.Name)]), Backends: map[string]BackendTraffic{}}
-		for _, e := range sp.Endpoints {
-			st.Backends[e.String()] = firstPackets(all[plan.EndpointChain(sp.Name, e)])
-		}
-		out[sp.Name.String()] = st
-	}
-	return out, nil
-}
-
-// firstPackets is a count of first packets: one per connection.
-func firstPackets(c BackendTraffic) BackendTraffic {
-	c.Connections = c.Packets
-	return c
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/edgegate/edgegate/daemon/listener"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 // serveGated serves d with ServeListener on loopback until the test ends.
@@ -85,7 +86,7 @@ func TestWebsocketOutlivesServerTimeouts(t *testing.T) {
 	}
 
 	time.Sleep(1 * time.Second) // ten times every server timeout
-	_ = d.hub.Set(KeyNetwork, Network{Routes: []string{"default via 192.0.2.1"}})
+	_ = d.hub.Set(KeyNetwork, view.Network{Routes: []string{"default via 192.0.2.1"}})
 	if m, ok := <-got; !ok || m.Key != KeyNetwork {
 		t.Fatalf("after 1s, past the server's 100ms timeouts: %+v (open %v), want the change", m, ok)
 	}

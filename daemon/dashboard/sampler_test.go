@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 func TestSampleWait(t *testing.T) {
@@ -29,11 +30,13 @@ type slowTraffic struct {
 	took  time.Duration
 }
 
-func (s *slowTraffic) Traffic(*model.Snapshot) (map[string]ServiceTraffic, error) {
+func (s *slowTraffic) Traffic(*model.Snapshot) (map[string]view.ServiceTraffic, error) {
 	s.reads.Add(1)
 	time.Sleep(s.took)
-	return map[string]ServiceTraffic{}, nil
+	return map[string]view.ServiceTraffic{}, nil
 }
+
+func (s *slowTraffic) Rules() (string, error) { return "", nil }
 
 // TestSlowSamplesAreSpacedOut: with reads of 30 ms and an interval of 5 ms, the sampler
 // waits 300 ms between samples, not 5: in 700 ms at most three reads (first at once, the
@@ -41,7 +44,7 @@ func (s *slowTraffic) Traffic(*model.Snapshot) (map[string]ServiceTraffic, error
 // upper bound is checked, which a loaded machine cannot break.
 func TestSlowSamplesAreSpacedOut(t *testing.T) {
 	tr := &slowTraffic{took: 30 * time.Millisecond}
-	d := New(Options{Interval: 5 * time.Millisecond, Traffic: tr})
+	d := New(Options{Interval: 5 * time.Millisecond, Views: tr})
 	if _, err := d.Record(&fakeDataplane{}).Program(mt.Snapshot(webObjects("10.0.1.1")...), true); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/webui"
 )
 
@@ -40,7 +39,7 @@ func (d *Dashboard) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/nft", d.serveRules(ModeNFTables))
 	mux.HandleFunc("GET /api/iptables", d.serveRules(ModeIPTables))
-	mux.HandleFunc("GET /api/ipvs", d.serveIPVS)
+	mux.HandleFunc("GET /api/ipvs", d.serveRules(ModeIPVS))
 	mux.HandleFunc("GET /api/conntrack", d.serveConntrack)
 	mux.HandleFunc("GET /api/network", d.serveNetwork)
 	mux.HandleFunc("GET /api/logs", d.serveLogs)
@@ -227,55 +226,28 @@ func (d *Dashboard) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveRules writes the rules of the last programmed snapshot as the mode's stock tool
-// prints them, or 404 when the gateway runs another mode.
+// serveRules writes the mode's rules as the kernel holds them, printed as the mode's stock
+// tool prints them (the dataplane reads them back), or 404 when the gateway runs another
+// mode.
 func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if d.opts.Mode != mode {
 			http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, mode), http.StatusNotFound)
 			return
 		}
-		snap := d.Snapshot()
-		if snap == nil {
-			http.Error(w, "nothing programmed yet", http.StatusServiceUnavailable)
+		src := d.source()
+		if src == nil {
+			http.Error(w, "no dataplane yet", http.StatusServiceUnavailable)
+			return
+		}
+		text, err := src.Rules()
+		if err != nil {
+			http.Error(w, mode+" rules: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "# %s rules of snapshot %d, as programmed\n", mode, snap.Generation)
-		for _, f := range d.opts.Families {
-			switch mode {
-			case ModeNFTables:
-				// A split made afresh: it differs from the daemon's only while a shrunk
-				// cluster is between the sizes where the daemon keeps more tables.
-				for _, t := range (&plan.NFTShards{PerTable: d.opts.NFTPerTable}).Split(plan.NFT(snap, f, d.opts.Plan)) {
-					fmt.Fprint(w, t.Dump())
-				}
-			case ModeIPTables:
-				fmt.Fprintf(w, "# %s\n%s", f, plan.IPT(snap, f, d.opts.Plan).Dump())
-			}
-		}
+		fmt.Fprint(w, text)
 	}
-}
-
-// serveIPVS reads the IPVS table back from the kernel: in ipvs mode the kernel's table,
-// with its per-real-server stats, is what an operator compares against.
-func (d *Dashboard) serveIPVS(w http.ResponseWriter, _ *http.Request) {
-	if d.opts.Mode != ModeIPVS {
-		http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, ModeIPVS), http.StatusNotFound)
-		return
-	}
-	k, ok := d.opts.Kernel.(IPVSTable)
-	if !ok {
-		http.Error(w, "no IPVS view", http.StatusNotImplemented)
-		return
-	}
-	text, err := k.IPVS()
-	if err != nil {
-		http.Error(w, "IPVS table: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	fmt.Fprint(w, text)
 }
 
 // serveConntrack lists conntrack entries; ?family=4|6 picks a family, every q= word must

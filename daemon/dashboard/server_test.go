@@ -20,8 +20,8 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
+	"github.com/edgegate/edgegate/daemon/view"
 	"github.com/edgegate/edgegate/webui"
 )
 
@@ -31,22 +31,33 @@ const testToken = "0123456789abcdef0123"
 // gateway's management link and on a phone.
 const PageBudget = 300 << 10
 
-type fakeDataplane struct{ err error }
+type fakeDataplane struct {
+	err   error
+	views view.Source
+}
 
-func (*fakeDataplane) Mode() string   { return ModeNFTables }
-func (*fakeDataplane) Cleanup() error { return nil }
+func (f *fakeDataplane) OperatorViews() view.Source { return f.views }
+func (*fakeDataplane) Mode() string                 { return ModeNFTables }
+func (*fakeDataplane) Cleanup() error               { return nil }
 func (f *fakeDataplane) Program(_ *model.Snapshot, full bool) (proxy.Result, error) {
 	return proxy.Result{Full: full, Written: 3, Elements: 7}, f.err
 }
 
-type fakeKernel struct{}
-
-func (fakeKernel) IPVS() (string, error) {
-	return "Prot LocalAddress:Port Scheduler Flags\nTCP  10.96.0.10:80 rr\n  -> 10.0.1.1:8080 Masq 1 0 0\n", nil
+// fakeViews answers as a dataplane's views of its kernel do.
+type fakeViews struct {
+	rules string
+	err   error
 }
 
-func (fakeKernel) Network() (Network, error) {
-	return Network{Links: []Link{{Name: "eth0", Up: true, Addrs: []string{"10.200.1.1/24"}}}, Routes: []string{"default via 10.200.1.254 dev eth0"}}, nil
+func (f fakeViews) Rules() (string, error) { return f.rules, f.err }
+func (fakeViews) Traffic(*model.Snapshot) (map[string]view.ServiceTraffic, error) {
+	return nil, nil
+}
+
+type fakeKernel struct{}
+
+func (fakeKernel) Network() (view.Network, error) {
+	return view.Network{Links: []view.Link{{Name: "eth0", Up: true, Addrs: []string{"10.200.1.1/24"}}}, Routes: []string{"default via 10.200.1.254 dev eth0"}}, nil
 }
 
 func (fakeKernel) Conntrack(f model.Family) ([]string, error) {
@@ -73,7 +84,7 @@ func webObjects(eps ...string) []any {
 func newTestDashboard(t *testing.T, mode string) (*Dashboard, *httptest.Server) {
 	t.Helper()
 	d := New(Options{Version: "test", Mode: mode, Node: "gw", Families: []model.Family{model.IPv4, model.IPv6},
-		Plan: plan.Config{NodeName: "gw"}, Kernel: fakeKernel{}, Token: testToken})
+		Kernel: fakeKernel{}, Token: testToken})
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
 	return d, srv
@@ -214,22 +225,22 @@ func TestOperatorViews(t *testing.T) {
 	d, srv := newTestDashboard(t, ModeNFTables)
 	auth := map[string]string{"Authorization": "Bearer " + testToken}
 	if resp, body := get(t, srv.URL+"/api/nft", auth); resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("/api/nft before a sync: %d %q, want 503", resp.StatusCode, body)
+		t.Errorf("/api/nft before a dataplane: %d %q, want 503", resp.StatusCode, body)
 	}
+	// The rules pages print what the dataplane reads back from its kernel, as it is.
+	nftText := "# as the kernel holds it at ruleset generation 3\ntable ip edgegate {\n}\ntable ip6 edgegate {\n}\ntable inet foreign {\n}\n"
 	snap := mt.Snapshot(webObjects("10.0.1.1", "10.0.1.2", "10.0.1.3")...)
-	if _, err := d.Record(&fakeDataplane{}).Program(snap, true); err != nil {
+	if _, err := d.Record(&fakeDataplane{views: fakeViews{rules: nftText}}).Program(snap, true); err != nil {
 		t.Fatal(err)
 	}
-	resp, body := get(t, srv.URL+"/api/nft", auth)
-	want := plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"}).Dump()
-	if resp.StatusCode != 200 || !strings.Contains(body, want) || !strings.Contains(body, "table ip6 edgegate") {
-		t.Errorf("/api/nft: %d, want both families' plan dumps; got\n%s", resp.StatusCode, body)
+	if resp, body := get(t, srv.URL+"/api/nft", auth); resp.StatusCode != 200 || body != nftText {
+		t.Errorf("/api/nft: %d, want the dataplane's view of the kernel; got\n%s", resp.StatusCode, body)
 	}
 	if resp, body := get(t, srv.URL+"/api/iptables", auth); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "nftables mode") {
 		t.Errorf("/api/iptables in nftables mode: %d %q, want 404 naming the mode", resp.StatusCode, body)
 	}
 	d2, srv2 := newTestDashboard(t, ModeIPTables)
-	if _, err := d2.Record(&fakeDataplane{}).Program(snap, true); err != nil {
+	if _, err := d2.Record(&fakeDataplane{views: fakeViews{rules: "# IPv4\n*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"}}).Program(snap, true); err != nil {
 		t.Fatal(err)
 	}
 	if resp, body := get(t, srv2.URL+"/api/iptables", auth); resp.StatusCode != 200 || !strings.Contains(body, "*nat\n") || !strings.Contains(body, "COMMIT") {
@@ -239,12 +250,17 @@ func TestOperatorViews(t *testing.T) {
 	if resp, body := get(t, srv.URL+"/api/ipvs", auth); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/api/ipvs in nftables mode: %d %q, want 404", resp.StatusCode, body)
 	}
-	_, srv3 := newTestDashboard(t, ModeIPVS)
+	d3, srv3 := newTestDashboard(t, ModeIPVS)
+	d3.Record(&fakeDataplane{views: fakeViews{rules: "Prot LocalAddress:Port Scheduler Flags\nTCP  10.96.0.10:80 rr\n  -> 10.0.1.1:8080 Masq 1 0 0\n"}})
 	if resp, body := get(t, srv3.URL+"/api/ipvs", auth); resp.StatusCode != 200 || !strings.Contains(body, "TCP  10.96.0.10:80 rr") {
 		t.Errorf("/api/ipvs in ipvs mode: %d %q, want the kernel's table", resp.StatusCode, body)
 	}
+	d3.Record(&fakeDataplane{views: fakeViews{err: errors.New("ip_vs not loaded")}})
+	if resp, body := get(t, srv3.URL+"/api/ipvs", auth); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "ip_vs not loaded") {
+		t.Errorf("/api/ipvs unreadable: %d %q, want 500 with the error", resp.StatusCode, body)
+	}
 
-	_, body = get(t, srv.URL+"/api/conntrack?q=dport=80&q=tcp", auth)
+	_, body := get(t, srv.URL+"/api/conntrack?q=dport=80&q=tcp", auth)
 	if strings.Count(body, "\n") != 1 || !strings.Contains(body, "dst=10.96.0.10") {
 		t.Errorf("/api/conntrack filtered: %q, want the one TCP entry", body)
 	}
@@ -381,7 +397,7 @@ func TestDeadClientDropped(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	_ = d.hub.Set(KeyNetwork, Network{Routes: []string{"default via 192.0.2.1"}})
+	_ = d.hub.Set(KeyNetwork, view.Network{Routes: []string{"default via 192.0.2.1"}})
 	if m, ok := <-got; !ok || m.Key != KeyNetwork {
 		t.Errorf("the live client after the drop: %+v (open %v), want the change", m, ok)
 	}

@@ -9,9 +9,11 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipt"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+	"github.com/edgegate/edgegate/daemon/kernel/kernelview"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 // Dataplane is one proxy mode: it plans a Snapshot for every family and programs the
@@ -50,6 +52,14 @@ type Draining interface {
 	Pending() bool
 }
 
+// Viewer is implemented by a dataplane that shows its operator what it programmed: the
+// rules as the kernel holds them (read back, so hand edits and other programs' tables
+// show) and the traffic of each service. Each kernel dataplane reads its own mode's state.
+type Viewer interface {
+	// OperatorViews returns the mode's views; nil when it has none.
+	OperatorViews() view.Source
+}
+
 // Options configure the dataplanes NewDataplanes makes.
 type Options struct {
 	Families []model.Family
@@ -65,10 +75,11 @@ type Options struct {
 // leftovers a start in mode removes (two modes must never translate the same traffic).
 func NewDataplanes(mode string, o Options) (Dataplane, []Dataplane, error) {
 	all := []Dataplane{
-		&NFTables{Rules: nft.New(), Families: o.Families, Config: o.Config, PerTable: o.NFTEndpointsPerTable},
-		&IPTables{Rules: ipt.New(), Families: o.Families, Config: o.Config},
+		&NFTables{Rules: nft.New(), Families: o.Families, Config: o.Config, PerTable: o.NFTEndpointsPerTable,
+			Views: kernelview.NewNFTView(o.Families)},
+		&IPTables{Rules: ipt.New(), Families: o.Families, Config: o.Config, Views: kernelview.NewIPTView()},
 		&IPVS{Backend: ipvs.NewApplier(), Families: o.Families,
-			Config: plan.IPVSConfig{Config: o.Config, Scheduler: o.IPVSScheduler}},
+			Config: plan.IPVSConfig{Config: o.Config, Scheduler: o.IPVSScheduler}, Views: kernelview.NewIPVSView()},
 	}
 	var chosen Dataplane
 	var others []Dataplane
@@ -93,6 +104,8 @@ type NFTables struct {
 	// PerTable is how many endpoint rules a table holds before a family's dispatch is
 	// split over more tables (plan.NFTShards); 0 never splits.
 	PerTable int
+	// Views reads the ruleset and the rule counters back from the kernel.
+	Views view.Source
 
 	// planners re-plan only the service ports that changed, and shards split their
 	// tables, by family.
@@ -100,7 +113,13 @@ type NFTables struct {
 	shards   map[model.Family]*plan.NFTShards
 }
 
-var _ Dataplane = (*NFTables)(nil)
+var (
+	_ Dataplane = (*NFTables)(nil)
+	_ Viewer    = (*NFTables)(nil)
+)
+
+// OperatorViews implements Viewer.
+func (d *NFTables) OperatorViews() view.Source { return d.Views }
 
 // Mode implements Dataplane.
 func (*NFTables) Mode() string { return ModeNFTables }
@@ -143,12 +162,20 @@ type IPTables struct {
 	Rules    ipt.Ruleset
 	Families []model.Family
 	Config   plan.Config
+	// Views reads the iptables tables back from the kernel.
+	Views view.Source
 
 	// planners re-plan only the service ports that changed, by family.
 	planners map[model.Family]*plan.IPTPlanner
 }
 
-var _ Dataplane = (*IPTables)(nil)
+var (
+	_ Dataplane = (*IPTables)(nil)
+	_ Viewer    = (*IPTables)(nil)
+)
+
+// OperatorViews implements Viewer.
+func (d *IPTables) OperatorViews() view.Source { return d.Views }
 
 // Mode implements Dataplane.
 func (*IPTables) Mode() string { return ModeIPTables }
@@ -190,6 +217,8 @@ type IPVS struct {
 	Families []model.Family
 	// Config's NodeAddrs is filled from the kernel at every Program.
 	Config plan.IPVSConfig
+	// Views reads the IPVS table, its stats and the auxiliary nftables tables back.
+	Views view.Source
 
 	// planned are the node addresses the last Program planned node ports on.
 	planned []netip.Addr
@@ -198,11 +227,15 @@ type IPVS struct {
 var (
 	_ Dataplane   = (*IPVS)(nil)
 	_ Draining    = (*IPVS)(nil)
+	_ Viewer      = (*IPVS)(nil)
 	_ IPVSBackend = (*ipvs.Applier)(nil)
 )
 
 // Mode implements Dataplane.
 func (*IPVS) Mode() string { return ModeIPVS }
+
+// OperatorViews implements Viewer.
+func (d *IPVS) OperatorViews() view.Source { return d.Views }
 
 // Program implements Dataplane. The node's addresses are read each time: node ports get a
 // virtual server per address, and addresses come and go (DHCP).

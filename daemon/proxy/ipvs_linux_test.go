@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
+	"github.com/edgegate/edgegate/daemon/kernel/kernelview"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -78,6 +79,16 @@ func TestIPVSDataplaneOnThisKernel(t *testing.T) {
 			if out := inNetnsCmd(t, ns, "ip", "route", "show", "table", "local", "dev", plan.IPVSInterface); !strings.Contains(out, "local 10.96.0.10 proto 69 scope host") {
 				t.Errorf("local routes through the dummy interface:\n%s", out)
 			}
+		}
+		// The operator's view: the IPVS table, then the nftables ruleset with the auxiliary
+		// table; without IPVS, the error that says so.
+		rules, err := kernelview.NewIPVSView().Rules()
+		if ipvs.Available() != nil {
+			if err == nil || !strings.Contains(err.Error(), "ip_vs") {
+				t.Errorf("the ipvs view without IPVS: %v, want the error naming ip_vs", err)
+			}
+		} else if err != nil || !strings.Contains(rules, "TCP  10.96.0.10:80 rr") || !strings.Contains(rules, "table ip edgegate-ipvs {") {
+			t.Errorf("the ipvs view: %v, want the IPVS table and the auxiliary table\n%s", err, rules)
 		}
 		if err := dp.Cleanup(); err != nil {
 			t.Fatalf("cleanup: %v", err)

@@ -188,6 +188,10 @@ func TestNewDataplanes(t *testing.T) {
 		if d, ok := dp.(*IPVS); ok && d.Config.Scheduler != "sh" {
 			t.Errorf("ipvs dataplane scheduler %q, want sh", d.Config.Scheduler)
 		}
+		// The dashboard takes its rules pages and traffic from the dataplane.
+		if v, ok := dp.(Viewer); !ok || v.OperatorViews() == nil {
+			t.Errorf("%s dataplane shows no operator views", mode)
+		}
 	}
 	if _, _, err := NewDataplanes("userspace", Options{}); err == nil || !strings.Contains(err.Error(), `"userspace"`) {
 		t.Errorf("unknown mode: %v", err)

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
-// IPVSTraffic is the ipvs mode's dashboard.TrafficSource: the kernel's own counters of every
+// IPVSTraffic is the ipvs mode's traffic: the kernel's own counters of every
 // virtual server and real server (what `ipvsadm -Ln --stats` shows), summed per service
 // port over its virtual servers (cluster IPs, external IPs, load-balancer IPs, and its node
 // port on every node address) and per endpoint over the real servers that are it. IPVS
@@ -20,8 +20,6 @@ type IPVSTraffic struct {
 	List func() ([]ipvs.Entry, error)
 }
 
-var _ dashboard.TrafficSource = IPVSTraffic{}
-
 func listKernelIPVS() ([]ipvs.Entry, error) {
 	t, err := ipvs.Open()
 	if err != nil {
@@ -31,8 +29,8 @@ func listKernelIPVS() ([]ipvs.Entry, error) {
 	return ipvs.List(t)
 }
 
-// Traffic implements dashboard.TrafficSource.
-func (t IPVSTraffic) Traffic(snap *model.Snapshot) (map[string]dashboard.ServiceTraffic, error) {
+// Traffic reads the stats of the service ports of snap.
+func (t IPVSTraffic) Traffic(snap *model.Snapshot) (map[string]view.ServiceTraffic, error) {
 	list := t.List
 	if list == nil {
 		list = listKernelIPVS
@@ -70,7 +68,7 @@ func (t IPVSTraffic) Traffic(snap *model.Snapshot) (map[string]dashboard.Service
 			nodePorts[nodePort{proto, sp.NodePort}] = sp
 		}
 	}
-	sums := map[*model.ServicePort]*dashboard.ServiceTraffic{}
+	sums := map[*model.ServicePort]*view.ServiceTraffic{}
 	for _, e := range entries {
 		sp := owner[frontend{e.Addr, e.Proto, e.Port}]
 		if sp == nil && !vips[e.Addr] {
@@ -82,7 +80,7 @@ func (t IPVSTraffic) Traffic(snap *model.Snapshot) (map[string]dashboard.Service
 		}
 		st := sums[sp]
 		if st == nil {
-			st = &dashboard.ServiceTraffic{Backends: map[string]dashboard.BackendTraffic{}}
+			st = &view.ServiceTraffic{Backends: map[string]view.BackendTraffic{}}
 			sums[sp] = st
 		}
 		add(&st.BackendTraffic, e.Stats)
@@ -93,13 +91,13 @@ func (t IPVSTraffic) Traffic(snap *model.Snapshot) (map[string]dashboard.Service
 			st.Backends[key] = b
 		}
 	}
-	out := make(map[string]dashboard.ServiceTraffic, len(sorted))
+	out := make(map[string]view.ServiceTraffic, len(sorted))
 	for _, sp := range sorted {
 		s := sums[sp]
 		if s == nil {
-			s = &dashboard.ServiceTraffic{}
+			s = &view.ServiceTraffic{}
 		}
-		st := dashboard.ServiceTraffic{BackendTraffic: s.BackendTraffic, Backends: map[string]dashboard.BackendTraffic{}}
+		st := view.ServiceTraffic{BackendTraffic: s.BackendTraffic, Backends: map[string]view.BackendTraffic{}}
 		for _, e := range sp.Endpoints {
 			st.Backends[e.String()] = s.Backends[e.String()]
 		}
@@ -108,7 +106,7 @@ func (t IPVSTraffic) Traffic(snap *model.Snapshot) (map[string]dashboard.Service
 	return out, nil
 }
 
-func add(b *dashboard.BackendTraffic, c ipvs.Counters) {
+func add(b *view.BackendTraffic, c ipvs.Counters) {
 	b.Connections += uint64(c.Connections)
 	b.Packets += uint64(c.PacketsIn) + uint64(c.PacketsOut)
 	b.Bytes += c.BytesIn + c.BytesOut

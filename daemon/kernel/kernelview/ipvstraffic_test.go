@@ -9,11 +9,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 func vs(addr string, proto model.Protocol, port uint16, c ipvs.Counters, dests ...ipvs.Destination) ipvs.Entry {
@@ -54,13 +54,13 @@ func TestIPVSTrafficSumsVirtualServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := func(conns, pkts, bytes uint64) dashboard.BackendTraffic {
-		return dashboard.BackendTraffic{Connections: conns, Packets: pkts, Bytes: bytes}
+	b := func(conns, pkts, bytes uint64) view.BackendTraffic {
+		return view.BackendTraffic{Connections: conns, Packets: pkts, Bytes: bytes}
 	}
-	want := map[string]dashboard.ServiceTraffic{
-		"default/web:http": {BackendTraffic: b(7, 40, 600), Backends: map[string]dashboard.BackendTraffic{
+	want := map[string]view.ServiceTraffic{
+		"default/web:http": {BackendTraffic: b(7, 40, 600), Backends: map[string]view.BackendTraffic{
 			"10.0.1.1:8080": b(3, 18, 270), "10.0.1.2:8080": b(2, 8, 120), "10.0.1.3:8080": b(2, 14, 210)}},
-		"default/dns:dns": {BackendTraffic: b(4, 8, 12), Backends: map[string]dashboard.BackendTraffic{"10.0.1.9:53": b(4, 8, 12)}},
+		"default/dns:dns": {BackendTraffic: b(4, 8, 12), Backends: map[string]view.BackendTraffic{"10.0.1.9:53": b(4, 8, 12)}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("traffic:\n got %+v\nwant %+v", got, want)
@@ -77,7 +77,7 @@ func TestIPVSTrafficWithoutVirtualServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]dashboard.ServiceTraffic{"default/web:http": {Backends: map[string]dashboard.BackendTraffic{"10.0.1.1:8080": {}}}}
+	want := map[string]view.ServiceTraffic{"default/web:http": {Backends: map[string]view.BackendTraffic{"10.0.1.1:8080": {}}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("traffic: got %+v, want %+v", got, want)
 	}

@@ -1,6 +1,8 @@
-// Package kernelview reads what the dashboard shows from the running kernel: the nftables
-// mode's rule counters, the IPVS table, interfaces with addresses, routes, and conntrack
-// entries.
+// Package kernelview reads what the operator views show from the running kernel: each proxy
+// mode's rules as the kernel holds them (nftables and iptables read back through netlink,
+// the IPVS table), the rule counters and IPVS stats as traffic, interfaces with addresses,
+// routes, and conntrack entries. It produces the view package's types; the dashboard
+// renders them.
 package kernelview
 
 import (
@@ -11,21 +13,17 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
-// Kernel implements dashboard.Kernel and dashboard.NFTCounters on the current network
-// namespace. Each call opens its own sockets: the dashboard reads rarely, and a long-lived
+// Kernel reads the current network namespace: addresses, routes, conntrack entries (the
+// dashboard's Kernel), the IPVS table and the nftables rule counters (NFTCounters). Each call opens its own sockets: the dashboard reads rarely, and a long-lived
 // socket would need a lock shared with nothing else.
 type Kernel struct{}
 
-var (
-	_ dashboard.Kernel      = Kernel{}
-	_ dashboard.NFTCounters = Kernel{}
-	_ dashboard.IPVSTable   = Kernel{}
-)
+var _ NFTCounters = Kernel{}
 
 func tableFamily(f model.Family) nftables.TableFamily {
 	if f == model.IPv6 {
@@ -42,17 +40,17 @@ func netlinkFamily(f model.Family) int {
 }
 
 // Network lists the interfaces with their addresses and the routes of every table.
-func (Kernel) Network() (dashboard.Network, error) {
+func (Kernel) Network() (view.Network, error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return dashboard.Network{}, fmt.Errorf("netlink: %w", err)
+		return view.Network{}, fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
 	links, err := h.LinkList()
 	if err != nil {
-		return dashboard.Network{}, fmt.Errorf("links: %w", err)
+		return view.Network{}, fmt.Errorf("links: %w", err)
 	}
-	var n dashboard.Network
+	var n view.Network
 	names := map[int]string{}
 	for _, l := range links {
 		a := l.Attrs()
@@ -61,7 +59,7 @@ func (Kernel) Network() (dashboard.Network, error) {
 		if err != nil {
 			return n, fmt.Errorf("addresses of %s: %w", a.Name, err)
 		}
-		dl := dashboard.Link{Name: a.Name, Up: a.Flags&unix.IFF_UP != 0, Addrs: []string{}}
+		dl := view.Link{Name: a.Name, Up: a.Flags&unix.IFF_UP != 0, Addrs: []string{}}
 		for _, ad := range addrs {
 			dl.Addrs = append(dl.Addrs, ad.IPNet.String())
 		}

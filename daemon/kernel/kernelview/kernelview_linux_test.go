@@ -11,7 +11,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/model"
@@ -83,7 +82,7 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if none, err := k.Counters(model.IPv6, plan.NFTModeTable); err != nil || len(none) != 0 {
 			t.Errorf("a family without the table: %v %v, want no counters and no error", none, err)
 		}
-		tr, err := (&dashboard.NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)
+		tr, err := (&NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)
 		if err != nil || len(tr["default/web:http"].Backends) != 3 {
 			t.Errorf("traffic %+v %v, want default/web:http with its 3 backends", tr, err)
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 // Counters reads the counters of the rules of the tables of family f that tables accepts,
@@ -22,7 +22,7 @@ import (
 // message buffer; 4.8 s at 10,000 Services x 10 endpoints), a chain's dump only that
 // chain's. Messages are read through a fixed buffer and only comments and counters are
 // decoded.
-func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[string]dashboard.BackendTraffic, error) {
+func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[string]view.BackendTraffic, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("netlink socket: %w", err)
@@ -43,7 +43,7 @@ func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[strin
 	if err != nil {
 		return nil, fmt.Errorf("nftables %s: chains: %w", f, err)
 	}
-	out := map[string]dashboard.BackendTraffic{}
+	out := map[string]view.BackendTraffic{}
 	for _, tc := range chains {
 		table, chain := tc[0], tc[1]
 		attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{
@@ -54,7 +54,7 @@ func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[strin
 			comment, c, ok, err := ruleCounter(data)
 			if ok {
 				sum := out[comment]
-				out[comment] = dashboard.BackendTraffic{Packets: sum.Packets + c.Packets, Bytes: sum.Bytes + c.Bytes}
+				out[comment] = view.BackendTraffic{Packets: sum.Packets + c.Packets, Bytes: sum.Bytes + c.Bytes}
 			}
 			return err
 		})
@@ -148,24 +148,35 @@ func chainOf(data []byte) (table, name string, err error) {
 
 // ruleCounter decodes one rule message (after its netlink header): its comment and the
 // values of its first counter expression; ok is false when it lacks either.
-func ruleCounter(data []byte) (comment string, c dashboard.BackendTraffic, ok bool, err error) {
-	if len(data) < 4 {
-		return "", c, false, errors.New("short message")
-	}
-	ad, err := netlink.NewAttributeDecoder(data[4:]) // after struct nfgenmsg
+func ruleCounter(data []byte) (comment string, c view.BackendTraffic, ok bool, err error) {
+	var hasCounter bool
+	comment, hasComment, err := decodeRule(data, func(e *netlink.AttributeDecoder) bool {
+		c, hasCounter = counterExpr(e)
+		return !hasCounter
+	})
 	if err != nil {
 		return "", c, false, err
 	}
-	var hasComment, hasCounter bool
+	return comment, c, hasComment && hasCounter, nil
+}
+
+// decodeRule decodes a rule message (after its netlink header): its comment, and each of
+// its expressions handed to expr in order until expr returns false.
+func decodeRule(data []byte, expr func(e *netlink.AttributeDecoder) (more bool)) (comment string, hasComment bool, err error) {
+	ad, err := attrsOf(data)
+	if err != nil {
+		return "", false, err
+	}
+	more := true
 	for ad.Next() {
 		switch ad.Type() {
 		case unix.NFTA_RULE_USERDATA:
 			comment, hasComment = userComment(ad.Bytes())
 		case unix.NFTA_RULE_EXPRESSIONS:
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
-				for list.Next() && !hasCounter {
+				for more && list.Next() {
 					list.Nested(func(e *netlink.AttributeDecoder) error {
-						c, hasCounter = counterExpr(e)
+						more = expr(e)
 						return nil
 					})
 				}
@@ -173,14 +184,11 @@ func ruleCounter(data []byte) (comment string, c dashboard.BackendTraffic, ok bo
 			})
 		}
 	}
-	if err := ad.Err(); err != nil {
-		return "", c, false, err
-	}
-	return comment, c, hasComment && hasCounter, nil
+	return comment, hasComment, ad.Err()
 }
 
 // counterExpr decodes one expression if it is a counter.
-func counterExpr(e *netlink.AttributeDecoder) (c dashboard.BackendTraffic, ok bool) {
+func counterExpr(e *netlink.AttributeDecoder) (c view.BackendTraffic, ok bool) {
 	var name string
 	var data []byte
 	for e.Next() {
