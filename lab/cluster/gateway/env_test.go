@@ -33,6 +33,7 @@ import (
 
 	"github.com/edgegate/edgegate/lab"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 // In a QEMU guest (qemu/cluster_test.go) this package's tests use the host's cluster, which
@@ -105,7 +106,7 @@ func newEnv(t *testing.T) *env {
 		e.attachCluster(t)
 	} else {
 		e.audit = newAuditLog(t, e.dir, gatewayUser)
-		e.c = cluster.Start(t, cluster.Options{
+		e.c = clustertest.Start(t, cluster.Options{
 			APIServerArgs: e.audit.args(),
 			NetNS:         l.Upstream.NS,
 			Address:       apiServerAddr,

@@ -26,6 +26,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/lab"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 func TestMain(m *testing.M) { lab.Main(m) }
@@ -51,7 +52,7 @@ func poll(t *testing.T, within time.Duration, what string, cond func() (bool, st
 // pools ConfigMap and the test's namespace, and returns it with gateway i's daemon flags
 // (joined as the gateway group, nothing but the RBAC's permissions).
 func startCluster(t *testing.T, site *lab.Site) (*cluster.Cluster, func(i int) []string) {
-	c := cluster.Start(t, cluster.Options{NetNS: site.Upstream.NS, Address: apiServerAddr,
+	c := clustertest.Start(t, cluster.Options{NetNS: site.Upstream.NS, Address: apiServerAddr,
 		GatewayGroups: []string{"system:bootstrappers:edgegate"}})
 	ctx := t.Context()
 	if _, err := cluster.ApplyFile(ctx, c.Client, "../../../deploy/rbac.yaml"); err != nil {
