@@ -23,7 +23,7 @@ const MetricsURL = "http://127.0.0.1:10249/metrics"
 // healthyWithin bounds the wait for the first programmed sync after start.
 const healthyWithin = 30 * time.Second
 
-// Daemon is an edgegate process running in the lab's gateway namespace.
+// Daemon is an edgegate process running in a lab host's namespace (StartDaemon).
 type Daemon struct {
 	PID        int
 	Args       []string // as started, with StartDaemon's defaults

@@ -85,7 +85,7 @@ func NewLBSite(t testing.TB, mode string) *LBSite {
 }
 
 // ThroughGateway waits (bounded) until new connections go through gateway i (see
-// Site.Through) and fails the test otherwise.
+// lab.Site.Through) and fails the test otherwise.
 func (s *LBSite) ThroughGateway(t testing.TB, i int, within time.Duration) time.Time {
 	t.Helper()
 	at, err := s.Through(lbAddr, s.MACs, i, within)

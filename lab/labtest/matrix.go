@@ -38,7 +38,7 @@ type Gateway struct {
 // modeTraits is what differs between proxy modes when a scenario looks at the kernel's
 // state itself instead of at traffic.
 type modeTraits struct {
-	// ruleset are lines of KernelState.String that the gateway shows while the daemon runs
+	// ruleset are lines of lab.KernelState.String that the gateway shows while the daemon runs
 	// in this mode (with the matrix's services).
 	ruleset []string
 	// owned lists what of this mode the kernel holds: tables, chains and jumps, virtual
