@@ -196,7 +196,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the drain action was not logged (%q)", line)
 	}
 
-	out := filepath.Join("..", "out", "dashboard-browser.png")
+	out := filepath.Join("..", "..", "out", "dashboard-browser.png")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
