@@ -46,7 +46,7 @@ deps:
 	@hack/deps.sh iproute2:ip nftables:nft curl:curl
 
 # The tests also read iptables mode's rules back with Debian's stock iptables-nft tools, and
-# drive the dashboard in Debian's headless Chromium (the browser tier, lab/dashboard_test.go).
+# drive the dashboard in Debian's headless Chromium (the browser tier, lab/labtest/dashboard_test.go).
 deps-test: deps
 	@hack/deps.sh iptables:iptables-nft-save chromium:chromium
 
@@ -70,6 +70,7 @@ vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
 	@out=$$(gofmt -l daemon lab board initramfs qemu firmware); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	@hack/tracked-files.sh
+	@GO="$(GO)" hack/no-testing.sh
 	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./daemon/update/rollout/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
 test-unit:

@@ -49,7 +49,7 @@ deps-qemu: deps-image
 # qemu-arm64 with the real firmware, edgegate as PID 1 on baked standalone manifests, twice
 # each (once with the daemon panicking), checks the rules and TCP through a ClusterIP inside
 # the guest, and logs boot-to-ready times and initramfs sizes (-v shows them). TestIPVS boots
-# both QEMU boards in ipvs mode (the development hosts have no IPVS) and runs package lab's
+# both QEMU boards in ipvs mode (the development hosts have no IPVS) and runs package labtest's
 # traffic matrix inside the guest: in full on qemu-x86_64, a smoke subset on qemu-arm64, plus
 # the schedulers, IPVS counters, graceful termination and switching among the three modes.
 # The boards boot side by side: on 2 cores that was faster (43 s) than one after the other

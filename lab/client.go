@@ -107,6 +107,33 @@ func (h *Host) probe(addr string) Result {
 	return Result{Outcome: Answered, Reply: reply}
 }
 
+// ProbeFrom is Probe from the source address src (one of h's addresses).
+func (h *Host) ProbeFrom(src netip.Addr, addr string) Result {
+	start := time.Now()
+	r := func() Result {
+		ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
+		defer cancel()
+		var c net.Conn
+		err := h.Do(func() error {
+			var err error
+			d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+			c, err = d.DialContext(ctx, "tcp", addr)
+			return err
+		})
+		if err != nil {
+			return Result{Outcome: classify(err), Err: err}
+		}
+		defer c.Close()
+		reply, err := (&HTTPConn{conn: c, r: bufio.NewReader(c)}).Ask()
+		if err != nil {
+			return Result{Outcome: classify(err), Err: err}
+		}
+		return Result{Outcome: Answered, Reply: reply}
+	}()
+	r.Took = time.Since(start)
+	return r
+}
+
 // HTTPConn is a kept-alive HTTP connection to a backend through the gateway: every Ask
 // reuses the same TCP connection, so the same conntrack entry.
 type HTTPConn struct {
@@ -146,6 +173,19 @@ func (c *HTTPConn) Ask() (whoami.Reply, error) {
 		return whoami.Reply{}, fmt.Errorf("status %s: %s", resp.Status, body)
 	}
 	return whoami.Parse(string(body))
+}
+
+// Reset ends the connection with a TCP reset (SO_LINGER 0): it leaves no TIME_WAIT entry
+// behind, in the kernel's TCP or in IPVS.
+func (c *HTTPConn) Reset() error {
+	tc, ok := c.conn.(*net.TCPConn)
+	if !ok {
+		return fmt.Errorf("reset: %T is not a TCP connection", c.conn)
+	}
+	if err := tc.SetLinger(0); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	return tc.Close()
 }
 
 // Close closes the connection.
@@ -207,16 +247,17 @@ const udpQuestion = "who\n"
 // Ask sends one datagram and waits up to DialTimeout for the answer. A connected UDP
 // socket reports an ICMP port unreachable for an earlier datagram as Refused.
 func (f *UDPFlow) Ask() Result {
-	_, r := f.askRaw()
+	_, _, r := f.AskBytes()
 	return r
 }
 
-// askRaw is Ask that also returns the answer's length in bytes.
-func (f *UDPFlow) askRaw() (int, Result) {
+// AskBytes is Ask that also returns the lengths of the datagrams' data: the question sent
+// and the answer received.
+func (f *UDPFlow) AskBytes() (sent, received int, r Result) {
 	start := time.Now()
-	n, r := f.ask()
+	received, r = f.ask()
 	r.Took = time.Since(start)
-	return n, r
+	return len(udpQuestion), received, r
 }
 
 func (f *UDPFlow) ask() (int, Result) {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -24,60 +23,10 @@ const MetricsURL = "http://127.0.0.1:10249/metrics"
 // healthyWithin bounds the wait for the first programmed sync after start.
 const healthyWithin = 30 * time.Second
 
-var built struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-// Main runs a test binary's tests and then removes the daemon binary DaemonBinary built for
-// them. Test packages that start the daemon call it from TestMain.
-func Main(m *testing.M) {
-	code := m.Run()
-	if built.dir != "" {
-		os.RemoveAll(built.dir)
-	}
-	os.Exit(code)
-}
-
-// DaemonBinary returns the edgegate binary to test: $EDGEGATE_BIN when set, else ./daemon
-// of this module built once per test binary.
-func DaemonBinary(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("EDGEGATE_BIN"); p != "" {
-		return p
-	}
-	built.once.Do(func() {
-		built.path, built.err = buildDaemon()
-	})
-	if built.err != nil {
-		t.Fatalf("build edgegate: %v", built.err)
-	}
-	return built.path
-}
-
-func buildDaemon() (string, error) {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	if built.dir, err = os.MkdirTemp("", "edgegate-lab-"); err != nil {
-		return "", fmt.Errorf("temp dir: %w", err)
-	}
-	path := filepath.Join(built.dir, "edgegate")
-	cmd := exec.Command("go", "build", "-o", path, "./daemon")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./daemon in %s: %w\n%s", root, err, out)
-	}
-	return path, nil
-}
-
-// Daemon is an edgegate process running in the lab's gateway namespace.
+// Daemon is an edgegate process running in a lab host's namespace (StartDaemon).
 type Daemon struct {
 	PID        int
+	Args       []string // as started, with StartDaemon's defaults
 	metricsURL string
 	cmd        *exec.Cmd
 	logDone    chan struct{}
@@ -105,23 +54,29 @@ func (d *Daemon) LogLine(texts ...string) (string, bool) {
 	return "", false
 }
 
-// StartDaemon starts edgegate with args inside the gateway namespace, copies its log into
-// the test log, waits until /healthz answers 200 and the first sync is done, and registers Stop with t.Cleanup.
-func (l *Lab) StartDaemon(t testing.TB, args ...string) *Daemon {
-	t.Helper()
-	return l.Gateway.StartDaemon(t, args...)
+// DaemonOptions say where a daemon StartDaemon starts keeps its files and where its log goes.
+type DaemonOptions struct {
+	// Dir holds the daemon's state directory (--state-dir) and its dashboard token file,
+	// unless args name their own; it must exist.
+	Dir string
+	// Log, when set, receives each line the daemon writes.
+	Log func(line string)
 }
 
-// StartDaemon starts edgegate with args inside h's namespace, as Lab.StartDaemon does in
-// the gateway's.
-func (h *Host) StartDaemon(t testing.TB, args ...string) *Daemon {
-	t.Helper()
-	bin := DaemonBinary(t)
+// StartDaemon starts the edgegate binary bin with args inside h's namespace and returns once
+// /healthz answers 200 and the first sync is done; on error nothing is left running. Args
+// that do not say otherwise get a state directory in opts.Dir, the dashboard in plain HTTP
+// on the loopback (DashboardURL) and DashboardToken. If this process dies, the daemon is
+// killed with it.
+func (h *Host) StartDaemon(bin string, args []string, opts DaemonOptions) (*Daemon, error) {
 	args = args[:len(args):len(args)]
 	if _, set := flagValue(args, "state-dir"); !set {
-		// The daemon's default state directory is the host's /var/lib/edgegate: a test
-		// daemon keeps its state in the test's.
-		args = append(args, "--state-dir", t.TempDir())
+		// The daemon's default state directory is the host's /var/lib/edgegate.
+		dir := filepath.Join(opts.Dir, "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("start edgegate: %w", err)
+		}
+		args = append(args, "--state-dir", dir)
 	}
 	if _, set := flagValue(args, "dashboard-bind-address"); !set {
 		// The dashboard on the gateway's loopback, in plain HTTP, where tests read it
@@ -129,29 +84,25 @@ func (h *Host) StartDaemon(t testing.TB, args ...string) *Daemon {
 		args = append(args, "--dashboard-bind-address", "127.0.0.1:80")
 	}
 	if _, set := flagValue(args, "dashboard-token-file"); !set {
-		// The dashboard takes the lab's token, so that tests can read it (DashboardState).
-		file := filepath.Join(t.TempDir(), "dashboard-token")
+		// The dashboard takes the lab's token, so that it can be read (DashboardState).
+		file := filepath.Join(opts.Dir, "dashboard-token")
 		if err := os.WriteFile(file, []byte(DashboardToken+"\n"), 0o600); err != nil {
-			t.Fatal(err)
+			return nil, fmt.Errorf("start edgegate: %w", err)
 		}
 		args = append(args, "--dashboard-token-file", file)
 	}
 	cmd := exec.Command(bin, args...)
-	// If the test binary dies (a test timeout), the daemon must not outlive it.
+	// If this process dies (a test timeout), the daemon must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logs, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatalf("start edgegate: %v", err)
+		return nil, fmt.Errorf("start edgegate: %w", err)
 	}
 	cmd.Stdout = cmd.Stderr
 	if err := h.Start(cmd); err != nil {
-		t.Fatalf("start edgegate: %v", err)
+		return nil, fmt.Errorf("start edgegate: %w", err)
 	}
-	who := "edgegate"
-	if h.Name != "gateway" {
-		who = "edgegate on " + h.Name
-	}
-	d := &Daemon{PID: cmd.Process.Pid, metricsURL: metricsURL(args), cmd: cmd, logDone: make(chan struct{}), exited: make(chan struct{})}
+	d := &Daemon{PID: cmd.Process.Pid, Args: args, metricsURL: metricsURL(args), cmd: cmd, logDone: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
 		defer close(d.logDone)
 		sc := bufio.NewScanner(logs)
@@ -160,7 +111,9 @@ func (h *Host) StartDaemon(t testing.TB, args ...string) *Daemon {
 			d.mu.Lock()
 			d.logs = append(d.logs, sc.Text())
 			d.mu.Unlock()
-			t.Logf("%s: %s", who, sc.Text())
+			if opts.Log != nil {
+				opts.Log(sc.Text())
+			}
 		}
 	}()
 	go func() {
@@ -168,25 +121,25 @@ func (h *Host) StartDaemon(t testing.TB, args ...string) *Daemon {
 		d.waitErr = cmd.Wait()
 		close(d.exited)
 	}()
-	t.Cleanup(func() { d.Stop(t) })
-	t.Logf("started edgegate (pid %d): %s %s", d.PID, bin, strings.Join(args, " "))
-	d.waitHealthy(t, h)
-	return d
+	if err := d.waitHealthy(h); err != nil {
+		_ = d.Stop()
+		return nil, err
+	}
+	return d, nil
 }
 
-func (d *Daemon) waitHealthy(t testing.TB, h *Host) {
-	t.Helper()
+func (d *Daemon) waitHealthy(h *Host) error {
 	deadline := time.Now().Add(healthyWithin)
 	last := "no answer yet"
 	for time.Now().Before(deadline) {
 		select {
 		case <-d.exited:
-			t.Fatalf("edgegate exited before it was healthy: %v", d.waitErr)
+			return fmt.Errorf("edgegate (pid %d) exited before it was healthy: %v", d.PID, d.waitErr)
 		default:
 		}
 		code, body, err := h.Fetch(HealthzURL)
 		if err == nil && code == 200 && d.synced(h) {
-			return
+			return nil
 		}
 		if err != nil {
 			last = err.Error()
@@ -195,7 +148,7 @@ func (d *Daemon) waitHealthy(t testing.TB, h *Host) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("edgegate not healthy within %v: %s", healthyWithin, last)
+	return fmt.Errorf("edgegate (pid %d) not healthy within %v: %s", d.PID, healthyWithin, last)
 }
 
 // synced reports whether the daemon has finished a sync: /healthz answers 200 from the
@@ -218,6 +171,23 @@ func (d *Daemon) synced(h *Host) bool {
 		}
 	}
 	return false
+}
+
+// DaemonArgs are the flags the traffic matrix (package labtest) starts edgegate with in the
+// lab's gateway: the node's name and addresses, and manifests from manifestDir.
+func DaemonArgs(mode, manifestDir string) []string {
+	return []string{
+		"--proxy-mode=" + mode,
+		"--manifests", manifestDir,
+		"--hostname-override", GatewayNodeName,
+		"--node-ip", NodeIPv4.String() + "," + NodeIPv6.String(),
+		"--zone", "lab-a",
+		"--healthz-bind-address", "0.0.0.0:10256",
+		"--metrics-bind-address", "127.0.0.1:10249",
+		"--min-sync-period", "100ms",
+		"--sync-period", "30s",
+		"--full-sync-period", "2s",
+	}
 }
 
 // metricsURL is where a daemon started with args serves its metrics, seen from inside the
@@ -298,42 +268,38 @@ func (d *Daemon) Exited() (bool, error) {
 }
 
 // Kill ends the daemon at once with SIGKILL, as a crash or a power cut would: it cleans
-// nothing up. It returns when the process is gone.
-func (d *Daemon) Kill(t testing.TB) {
-	t.Helper()
+// nothing up. It returns when the process is gone. Kill and Stop act once.
+func (d *Daemon) Kill() error {
 	if d.stopped {
-		return
+		return nil
 	}
 	d.stopped = true
-	if err := d.cmd.Process.Kill(); err != nil {
-		t.Errorf("kill edgegate (pid %d): %v", d.PID, err)
-	}
+	err := d.cmd.Process.Kill()
 	<-d.exited
+	if err != nil {
+		return fmt.Errorf("kill edgegate (pid %d): %w", d.PID, err)
+	}
+	return nil
 }
 
 // Stop ends the daemon: SIGTERM, then SIGKILL after 5s. A daemon that had already exited
-// on its own is an error: nothing in a test asks it to. Stop is idempotent.
-func (d *Daemon) Stop(t testing.TB) {
-	t.Helper()
+// on its own is an error: nothing asks it to. Kill and Stop act once; Exited says how the
+// daemon ended.
+func (d *Daemon) Stop() error {
 	if d.stopped {
-		return
+		return nil
 	}
 	d.stopped = true
 	if gone, err := d.Exited(); gone {
-		t.Errorf("edgegate (pid %d) exited on its own during the test: %v", d.PID, err)
-		return
+		return fmt.Errorf("edgegate (pid %d) exited on its own: %v", d.PID, err)
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
+		return nil
 	case <-time.After(5 * time.Second):
-		t.Errorf("edgegate (pid %d) ignored SIGTERM for 5s; killing it", d.PID)
 		_ = d.cmd.Process.Kill()
 		<-d.exited
-	}
-	if d.waitErr != nil {
-		t.Logf("edgegate (pid %d) stopped: %v", d.PID, d.waitErr)
-	} else {
-		t.Logf("edgegate (pid %d) stopped cleanly", d.PID)
+		return fmt.Errorf("edgegate (pid %d) ignored SIGTERM for 5s; killed it", d.PID)
 	}
 }

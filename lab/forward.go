@@ -3,47 +3,60 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
-	"testing"
 	"time"
 )
 
+// Forwarder joins connections accepted inside a host's namespace to an address dialled from
+// the process's own namespace, until Close.
+type Forwarder struct {
+	ln     net.Listener
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	err    error // what ended accepting, other than Close
+}
+
 // Forward listens on listen inside h's namespace and joins each connection to a new one to
-// `to`, dialled from the test process's own namespace, until the test ends. Inside a QEMU
-// guest this puts a control plane that runs on the host (reached through QEMU's guestfwd)
-// where the lab's gateway expects it, at upstream's address, so the same test runs on the
-// host and in the guest.
-func (h *Host) Forward(t testing.TB, listen, to string) {
-	t.Helper()
+// `to`, dialled from the process's own namespace, until Close. Inside a QEMU guest this puts
+// a control plane that runs on the host (reached through QEMU's guestfwd) where the lab's
+// gateway expects it, at upstream's address, so the same test runs on the host and in the
+// guest.
+func (h *Host) Forward(listen, to string) (*Forwarder, error) {
 	var ln net.Listener
 	if err := h.Do(func() error {
 		var err error
 		ln, err = net.Listen("tcp", listen)
 		return err
 	}); err != nil {
-		t.Fatalf("forward %s in %s: %v", listen, h.Name, err)
+		return nil, fmt.Errorf("forward %s in %s: %w", listen, h.Name, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
+	f := &Forwarder{ln: ln, cancel: cancel}
+	f.wg.Go(func() {
 		for {
 			in, err := ln.Accept()
 			if err != nil {
 				if !errors.Is(err, net.ErrClosed) {
-					t.Logf("forward %s in %s: %v", listen, h.Name, err)
+					f.err = fmt.Errorf("forward %s in %s: %w", listen, h.Name, err)
 				}
 				return
 			}
-			wg.Go(func() { join(ctx, in, to) })
+			f.wg.Go(func() { join(ctx, in, to) })
 		}
 	})
+	return f, nil
+}
+
+// Close stops listening and ends the joined connections. It returns what made the
+// forwarder stop accepting before, if anything did.
+func (f *Forwarder) Close() error {
+	f.cancel()
+	f.ln.Close()
+	f.wg.Wait()
+	return f.err
 }
 
 // join copies between in and a new connection to addr, both ways, until either side ends

@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"testing"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -201,6 +200,32 @@ func (h *Host) FlushIPVS() error {
 	})
 }
 
+// FlushNFTChain deletes every rule of one nftables chain of h, as `nft flush chain` would.
+func (h *Host) FlushNFTChain(family nftables.TableFamily, table, chain string) error {
+	conn, err := nftables.New(nftables.WithNetNSFd(int(h.ns)))
+	if err != nil {
+		return fmt.Errorf("nftables in %s: %w", h.Name, err)
+	}
+	conn.FlushChain(&nftables.Chain{Name: chain, Table: &nftables.Table{Family: family, Name: table}})
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("flush chain %s %s %s: %w", familyNames[family], table, chain, err)
+	}
+	return nil
+}
+
+// FlushNFTTable deletes every rule of one nftables table of h, as `nft flush table` would.
+func (h *Host) FlushNFTTable(family nftables.TableFamily, table string) error {
+	conn, err := nftables.New(nftables.WithNetNSFd(int(h.ns)))
+	if err != nil {
+		return fmt.Errorf("nftables in %s: %w", h.Name, err)
+	}
+	conn.FlushTable(&nftables.Table{Family: family, Name: table})
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("flush table %s %s: %w", familyNames[family], table, err)
+	}
+	return nil
+}
+
 // String renders the state one item a line, in the words of the stock tools: "table ip
 // edgegate", "chain EG-SERVICES", "jump EG-SERVICES", ipvsadm -Ln's lines, "link
 // edgegate-ipvs0 dummy" followed by its addresses and local routes.
@@ -291,27 +316,19 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// logGateway logs what explains a failed probe and no other test output shows: the
-// gateway's IPVS connection table (a kernel with IPVS only), as ipvsadm -Lnc would list it.
-func (l *Lab) logGateway(t testing.TB) {
-	t.Helper()
-	if l == nil || ipvs.Available() != nil {
-		return
-	}
+// IPVSConnections returns h's IPVS connection table as /proc/net/ip_vs_conn lists it
+// (addresses in hex), as ipvsadm -Lnc would list it; it explains a failed probe that
+// nothing else shows.
+func (h *Host) IPVSConnections() (string, error) {
 	var conns []byte
-	err := l.Gateway.Do(func() error {
+	err := h.Do(func() error {
 		var err error
 		// /proc/net is the process's namespace; thread-self's is this thread's.
 		conns, err = os.ReadFile("/proc/thread-self/net/ip_vs_conn")
 		return err
 	})
 	if err != nil {
-		t.Logf("the gateway's IPVS connections: %v", err)
-		return
+		return "", fmt.Errorf("IPVS connections of %s: %w", h.Name, err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(conns)), "\n")
-	if len(lines) > 80 {
-		lines = append(lines[:80], fmt.Sprintf("... %d more", len(lines)-80))
-	}
-	t.Logf("the gateway's IPVS connections (/proc/net/ip_vs_conn, addresses in hex):\n%s", strings.Join(lines, "\n"))
+	return string(conns), nil
 }

@@ -5,7 +5,9 @@
 // created and deleted by the lab itself; nothing is routed or sent from the root namespace.
 // The lab is wired with netlink and runs the daemon by forking it from a thread inside the
 // gateway namespace, so it needs no program besides the daemon: the same lab runs on a
-// development host and inside the firmware booted under QEMU (where IPVS is).
+// development host and inside the firmware booted under QEMU (where IPVS is). Tests use it
+// through package labtest, which ties what it builds to the test; lab itself returns errors
+// and does not import testing, so commands can link it.
 //
 // Address plan (fixed; the daemon's embedded default manifests use it):
 //
@@ -27,7 +29,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -53,7 +54,7 @@ const (
 	BackendUDPPort = 5353
 )
 
-// cmdTimeout bounds every command the lab runs in a namespace (Run, Exec).
+// cmdTimeout bounds every command the lab runs in a namespace (Run).
 const cmdTimeout = 10 * time.Second
 
 // Options adjust a lab.
@@ -80,6 +81,7 @@ type Lab struct {
 	Client2  *Host   // client-2, for loadBalancerSourceRanges that leave it out
 	Backends []*Host // backend-1..3, each answering on BackendTCPPort and BackendUDPPort
 	Upstream *Host   // behind the gateway's default route; forwards nothing
+	built    *built
 }
 
 // HostIn is a Host for a network namespace the lab did not make, such as a QEMU guest's
@@ -102,12 +104,15 @@ func (l *Lab) Backend(name string) *Host {
 	return nil
 }
 
-// New builds a lab, starts its in-process backends and registers its removal with t.Cleanup.
-// Without root it skips the test, except under CI=true where it fails.
-func New(t testing.TB, opts Options) *Lab {
-	t.Helper()
-	if reason := missingPrerequisite(); reason != "" {
-		cannotBuild(t, reason)
+// ErrPrerequisite says that this machine cannot build a lab: the lab needs root, and the
+// right to make network namespaces (which a container may lack).
+var ErrPrerequisite = errors.New("missing prerequisite")
+
+// New builds a lab and starts its in-process backends; Close removes it. Where the machine
+// cannot build one, the error wraps ErrPrerequisite.
+func New(opts Options) (*Lab, error) {
+	if err := CheckPrerequisite(); err != nil {
+		return nil, err
 	}
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -135,73 +140,94 @@ func New(t testing.TB, opts Options) *Lab {
 		h.ns = netns.None() // not open yet: remove must not close descriptor 0
 		h.lab = l
 	}
-	buildHosts(t, "lab", l.Hosts(), l.wire, l.Backends)
-	t.Logf("lab %s*: gateway %s, clients %s %s, backends %s %s %s",
-		base, l.Gateway.NS, l.Client.NS, l.Client2.NS, l.Backends[0].NS, l.Backends[1].NS, l.Backends[2].NS)
-	return l
+	var err error
+	if l.built, err = build("lab", l.Hosts(), l.wire, l.Backends); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
-func missingPrerequisite() string {
+// Close stops the lab's backends and deletes its namespaces.
+func (l *Lab) Close() error { return l.built.close() }
+
+// CheckPrerequisite reports what New and NewSite can tell before they try: nil, or why this
+// machine cannot build a lab (wrapping ErrPrerequisite).
+func CheckPrerequisite() error {
 	if os.Geteuid() != 0 {
-		return "the network-namespace lab needs root"
+		return fmt.Errorf("%w: the network-namespace lab needs root", ErrPrerequisite)
 	}
-	return ""
+	return nil
 }
 
-// cannotBuild skips, or fails under CI=true where a tier that cannot run is a failure.
-func cannotBuild(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("cannot build lab (CI=true, so this fails): %s", reason)
-	}
-	t.Skipf("cannot build lab: %s", reason)
+// built is what build made, for close to remove: namespaces and the backends' servers.
+type built struct {
+	what  string
+	hosts []*Host
+	stops []func() error
 }
 
-// buildHosts creates the namespaces of hosts (their removal registered with t.Cleanup
-// first), wires them, waits until every link is up and starts the backends.
-func buildHosts(t testing.TB, what string, hosts []*Host, wire func() error, backends []*Host) {
-	t.Helper()
-	t.Cleanup(func() { removeHosts(t, what, hosts) })
+// build creates the namespaces of hosts, wires them, waits until every link is up and
+// starts the backends. On error it removes what it made.
+func build(what string, hosts []*Host, wire func() error, backends []*Host) (b *built, err error) {
+	b = &built{what: what, hosts: hosts}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, b.close())
+		}
+	}()
 	for i, h := range hosts {
 		ns, err := newNamespace(h.NS)
 		if err != nil {
 			if i == 0 {
 				// The first namespace is where missing privileges (a container without
 				// CAP_SYS_ADMIN) show up: treat it like a missing prerequisite.
-				cannotBuild(t, err.Error())
+				return b, fmt.Errorf("%w: %w", ErrPrerequisite, err)
 			}
-			t.Fatal(err)
+			return b, err
 		}
 		h.ns = ns
 	}
 	if err := wire(); err != nil {
-		t.Fatalf("build %s: %v", what, err)
+		return b, fmt.Errorf("build %s: %w", what, err)
 	}
 	if err := waitLinksUp(hosts); err != nil {
-		t.Fatalf("build %s: %v", what, err)
+		return b, fmt.Errorf("build %s: %w", what, err)
 	}
-	for _, b := range backends {
-		startBackend(t, b)
+	for _, h := range backends {
+		stop, err := serveBackend(h)
+		if err != nil {
+			return b, err
+		}
+		b.stops = append(b.stops, stop)
 	}
+	return b, nil
 }
 
-// removeHosts deletes every namespace of hosts. Deleting a namespace destroys its links,
-// their veth peers, and every rule and conntrack entry in it.
-func removeHosts(t testing.TB, what string, hosts []*Host) {
+// close stops the backends and deletes every namespace. Deleting a namespace destroys its
+// links, their veth peers, and every rule and conntrack entry in it.
+func (b *built) close() error {
 	var errs []error
-	for _, h := range hosts {
+	for _, stop := range b.stops {
+		errs = append(errs, stop())
+	}
+	b.stops = nil
+	for _, h := range b.hosts {
 		if h.ns.IsOpen() {
 			_ = h.ns.Close()
 		}
 		errs = append(errs, deleteNamespace(h.NS))
 	}
 	if err := errors.Join(errs...); err != nil {
-		t.Errorf("remove %s: %v", what, err)
+		return fmt.Errorf("remove %s: %w", b.what, err)
 	}
+	return nil
 }
 
+// Lab returns the lab h belongs to: nil for HostIn's hosts and a site's.
+func (h *Host) Lab() *Lab { return h.lab }
+
 // Run runs a program inside h's namespace and returns its combined output. The program
-// is looked up in the test's PATH; it gets cmdTimeout.
+// is looked up in the caller's PATH; it gets cmdTimeout.
 func (l *Lab) Run(h *Host, argv ...string) (string, error) { return h.Run(argv...) }
 
 // Run runs a program inside h's namespace and returns its combined output, as Lab.Run.
@@ -219,14 +245,4 @@ func (h *Host) Run(argv ...string) (string, error) {
 		return out.String(), fmt.Errorf("%s in %s: %w: %s", strings.Join(argv, " "), h.Name, err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil
-}
-
-// Exec is Run that fails the test on error.
-func (l *Lab) Exec(t testing.TB, h *Host, argv ...string) string {
-	t.Helper()
-	out, err := l.Run(h, argv...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

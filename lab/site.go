@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
-	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -29,6 +28,7 @@ type Site struct {
 	Upstream *Host
 	Gateways []*Host
 	Backends []*Host
+	built    *built
 }
 
 // SitePool4 and SitePool6 are the LoadBalancer IP ranges on the front segment.
@@ -46,12 +46,11 @@ type SiteOptions struct {
 // GatewayPort is the name of gateway i's port (0-based) on the front bridge, for CutLink.
 func GatewayPort(i int) string { return fmt.Sprintf("f-gw%d", i+1) }
 
-// NewSite builds a site and registers its removal with t.Cleanup. Without root it skips,
-// except under CI=true where it fails.
-func NewSite(t testing.TB, opts SiteOptions) *Site {
-	t.Helper()
-	if reason := missingPrerequisite(); reason != "" {
-		cannotBuild(t, reason)
+// NewSite builds a site; Close removes it. Where the machine cannot build one, the error
+// wraps ErrPrerequisite.
+func NewSite(opts SiteOptions) (*Site, error) {
+	if err := CheckPrerequisite(); err != nil {
+		return nil, err
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "egs"
@@ -82,10 +81,15 @@ func NewSite(t testing.TB, opts SiteOptions) *Site {
 		s.Backends = append(s.Backends, host(fmt.Sprintf("backend-%d", i), fmt.Sprintf("b%d", i),
 			fmt.Sprintf("10.210.1.1%d", i), fmt.Sprintf("fd00:210:1::1%d", i)))
 	}
-	buildHosts(t, "site", s.Hosts(), s.wire, s.Backends)
-	t.Logf("site %s*: %d gateways, client %s, upstream %s", base, len(s.Gateways), s.Client.NS, s.Upstream.NS)
-	return s
+	var err error
+	if s.built, err = build("site", s.Hosts(), s.wire, s.Backends); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
+
+// Close stops the site's backends and deletes its namespaces.
+func (s *Site) Close() error { return s.built.close() }
 
 // Hosts returns every host of the site, switch first.
 func (s *Site) Hosts() []*Host {

@@ -188,6 +188,38 @@ func (n *links) addrs(name string, prefixes ...string) {
 	}
 }
 
+// AddAddrs adds addresses to h's interface dev, IPv6 ones without duplicate address
+// detection.
+func (h *Host) AddAddrs(dev string, prefixes ...netip.Prefix) error {
+	n, err := openLinks(h)
+	if err != nil {
+		return err
+	}
+	defer n.close()
+	var ss []string
+	for _, p := range prefixes {
+		ss = append(ss, p.String())
+	}
+	n.addrs(dev, ss...)
+	return n.err
+}
+
+// RemoveAddrs removes addresses from h's interface dev.
+func (h *Host) RemoveAddrs(dev string, prefixes ...netip.Prefix) error {
+	n, err := openLinks(h)
+	if err != nil {
+		return err
+	}
+	defer n.close()
+	link := n.link(dev)
+	for _, p := range prefixes {
+		if link != nil {
+			n.fail("remove "+p.String(), n.nl.AddrDel(link, &netlink.Addr{IPNet: ipNet(p)}))
+		}
+	}
+	return n.err
+}
+
 func (n *links) defaultRoutes(via ...netip.Addr) {
 	for _, gw := range via {
 		if n.err != nil {

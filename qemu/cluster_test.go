@@ -13,6 +13,7 @@ import (
 	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/lab"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 // The guestfwd addresses the guest reaches the host's etcd at (the apiserver is at
@@ -38,7 +39,7 @@ func TestIPVSInCluster(t *testing.T) {
 	b.QEMU.MemoryMiB = max(b.QEMU.MemoryMiB, 1024)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c := cluster.Start(t, cluster.Options{
+	c := clustertest.Start(t, cluster.Options{
 		// The guest's lab reaches the apiserver at upstream's address, as on the host.
 		SANs:          []netip.Addr{lab.UpstreamIPv4},
 		GatewayUser:   cluster.DefaultGatewayUser,

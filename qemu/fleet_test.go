@@ -28,6 +28,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/update/rollout"
 	"github.com/edgegate/edgegate/firmware/image"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 // The addresses the gateways reach the host's services at: QEMU's user-mode network
@@ -53,7 +54,7 @@ func TestFleetRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	start := time.Now()
-	c := cluster.Start(t, cluster.Options{GatewayGroups: []string{"system:bootstrappers:edgegate"},
+	c := clustertest.Start(t, cluster.Options{GatewayGroups: []string{"system:bootstrappers:edgegate"},
 		SANs: []netip.Addr{netip.MustParseAddr(fleetAPIAddr)}})
 	if _, err := cluster.ApplyFile(ctx, c.Client, "../deploy/rbac.yaml"); err != nil {
 		t.Fatal(err)

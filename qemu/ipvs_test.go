@@ -31,7 +31,7 @@ var ipvsDaemonStart = regexp.MustCompile(`msg=starting .*mode=ipvs .*manifests=/
 // TestIPVS boots the real firmware of each QEMU board in ipvs mode (the development hosts
 // have no IPVS; the boards' Debian kernels have it as modules) with the guest test
 // testdata/ipvstest as /edgegate-test: PID 1 loads ip_vs and every scheduler, its daemon
-// programs the baked manifests as virtual servers, and the guest test runs package lab's
+// programs the baked manifests as virtual servers, and the guest test runs package labtest's
 // traffic matrix in ipvs mode (real TCP and UDP between network namespaces inside the
 // guest, IPVS's schedulers and counters, graceful termination) and switches the lab's
 // daemon among the three proxy modes. The guest's results come back as subtests of

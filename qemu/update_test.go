@@ -299,7 +299,7 @@ func (u *updateTest) request(method, path string, body io.Reader) (*http.Respons
 }
 
 // dashboardClient speaks TLS to the gateway's own certificate, generated at its first
-// boot; pinning its key is the browser tier's test (lab/dashboard_test.go), not this one.
+// boot; pinning its key is the browser tier's test (lab/labtest/dashboard_test.go), not this one.
 var dashboardClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
 func (u *updateTest) status(t *testing.T) update.Status {

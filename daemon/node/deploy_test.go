@@ -20,6 +20,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/node"
 	source "github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 const deployDir = "../../deploy"
@@ -169,7 +170,7 @@ func gatewayClient(t *testing.T, c *cluster.Cluster, token string) kubernetes.In
 // example bootstrap token Secret and the ServiceAccount. Each can do what the gateway does
 // and nothing it does not.
 func TestDeployIdentities(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{})
+	c := clustertest.Start(t, cluster.Options{})
 	ctx := t.Context()
 	create(t, c.Client, manifests(t, "rbac.yaml"))
 	create(t, c.Client, manifests(t, "bootstrap-token.yaml"))

@@ -31,6 +31,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/source/cache"
 	source "github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 // gatewayGroup is the group deploy/bootstrap-token.yaml gives the gateway's token and
@@ -260,7 +261,7 @@ func (g *gateway) endpoints() []string {
 // Lease, follows Nodes with routes, rides out an apiserver outage, and starts from its cache
 // while the apiserver is down.
 func TestJoinCluster(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{GatewayGroups: []string{gatewayGroup}})
+	c := clustertest.Start(t, cluster.Options{GatewayGroups: []string{gatewayGroup}})
 	ctx := t.Context()
 	admin := c.Client
 

@@ -3,7 +3,7 @@
 # out/cluster/<key>/ and prints that directory; hack/gocache.sh keys, locks and caches them.
 # The key is a hash of go.sum and of go.mod without its comments, so the binaries are rebuilt
 # only when the pins change; a cached pair costs one hash to find.
-# Used by apiserver.mk (make cluster-binaries) and by lab/cluster's EnsureBinaries.
+# Used by apiserver.mk (make cluster-binaries) and by lab/cluster (CachedBinaries, Build).
 # With -n it builds nothing: it prints the directory if the binaries are there, else exits 3.
 #
 # A cold build takes about 6 minutes and 2 GB of memory on 2 cores; it runs under nice so that

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
 )
 
 // Binaries are the two programs a cluster runs.
@@ -25,49 +23,29 @@ const (
 	EnvEtcd      = "EDGEGATE_ETCD"
 )
 
-// buildScript is the one place that knows how the binaries are built and cached (apiserver.mk
+// BuildScript is the one place that knows how the binaries are built and cached (apiserver.mk
 // calls it too), relative to the repository root.
-const buildScript = "hack/apiserver/build.sh"
+const BuildScript = "hack/apiserver/build.sh"
 
-// errNotBuilt says the cache holds no binaries for the pinned versions.
-var errNotBuilt = errors.New("kube-apiserver and etcd are not built yet (make cluster-binaries)")
+// ErrNotBuilt says the cache holds no binaries for the pinned versions.
+var ErrNotBuilt = errors.New("kube-apiserver and etcd are not built yet (make cluster-binaries)")
 
-// EnsureBinaries returns the binaries for tests: $EDGEGATE_KUBE_APISERVER and $EDGEGATE_ETCD
-// when set, else hack/apiserver's cached build, building it first when the pins changed (a
-// cold build takes about 6 minutes). With -short it does not start a cold build. A binary
-// that cannot be had skips the test, except under CI=true where it fails.
-func EnsureBinaries(t testing.TB) Binaries {
-	t.Helper()
-	if b, ok, err := binariesFromEnv(); ok {
-		if err != nil {
-			t.Fatalf("cluster binaries: %v", err)
-		}
-		return b
-	}
+// CachedBinaries returns hack/apiserver's cached build for the pinned versions under the
+// checkout that holds the working directory, without building it: ErrNotBuilt when the
+// cache lacks it. (BinariesFromEnv comes first for callers that honour the variables.)
+func CachedBinaries(ctx context.Context) (Binaries, error) {
 	root, err := repoRoot()
 	if err != nil {
-		unavailable(t, err.Error())
+		return Binaries{}, err
 	}
-	b, err := cachedBinaries(context.Background(), root)
-	if errors.Is(err, errNotBuilt) && !testing.Short() {
-		t.Logf("building kube-apiserver and etcd (%s); a cold build takes about 6 minutes", buildScript)
-		var log bytes.Buffer
-		b, err = runBuildScript(context.Background(), root, &log)
-		if err != nil {
-			err = fmt.Errorf("%w\n%s", err, lastLines(log.String(), 30))
-		}
-	}
-	if err != nil {
-		unavailable(t, err.Error())
-	}
-	return b
+	return runBuildScript(ctx, root, io.Discard, "-n")
 }
 
 // Build returns the binaries for the demo: $EDGEGATE_KUBE_APISERVER and $EDGEGATE_ETCD when
 // set, else hack/apiserver's cached build under the checkout that holds the working
 // directory, building it first when the pins changed; the build's output goes to w.
 func Build(ctx context.Context, w io.Writer) (Binaries, error) {
-	if b, ok, err := binariesFromEnv(); ok {
+	if b, ok, err := BinariesFromEnv(); ok {
 		return b, err
 	}
 	root, err := repoRoot()
@@ -77,21 +55,17 @@ func Build(ctx context.Context, w io.Writer) (Binaries, error) {
 	return runBuildScript(ctx, root, w)
 }
 
-func cachedBinaries(ctx context.Context, root string) (Binaries, error) {
-	return runBuildScript(ctx, root, io.Discard, "-n")
-}
-
 func runBuildScript(ctx context.Context, root string, w io.Writer, args ...string) (Binaries, error) {
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, buildScript)}, args...)...)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, BuildScript)}, args...)...)
 	cmd.Dir = root
 	cmd.Stderr = w
 	out, err := cmd.Output()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 3 {
-		return Binaries{}, errNotBuilt
+		return Binaries{}, ErrNotBuilt
 	}
 	if err != nil {
-		return Binaries{}, fmt.Errorf("%s: %w", buildScript, err)
+		return Binaries{}, fmt.Errorf("%s: %w", BuildScript, err)
 	}
 	dir := strings.TrimSpace(string(out))
 	return Binaries{
@@ -100,8 +74,9 @@ func runBuildScript(ctx context.Context, root string, w io.Writer, args ...strin
 	}, nil
 }
 
-// binariesFromEnv reports ok when either variable is set; both must then name executables.
-func binariesFromEnv() (b Binaries, ok bool, err error) {
+// BinariesFromEnv returns the binaries $EDGEGATE_KUBE_APISERVER and $EDGEGATE_ETCD name. It
+// reports ok when either variable is set; both must then name executables.
+func BinariesFromEnv() (b Binaries, ok bool, err error) {
 	b = Binaries{APIServer: os.Getenv(EnvAPIServer), Etcd: os.Getenv(EnvEtcd)}
 	if b.APIServer == "" && b.Etcd == "" {
 		return b, false, nil
@@ -134,24 +109,15 @@ func repoRoot() (string, error) {
 		return "", fmt.Errorf("working directory: %w", err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, buildScript)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, BuildScript)); err == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no %s above the working directory", buildScript)
+			return "", fmt.Errorf("no %s above the working directory", BuildScript)
 		}
 		dir = parent
 	}
-}
-
-// unavailable skips, or fails under CI=true where a tier that cannot run is a failure.
-func unavailable(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("no test cluster (CI=true, so this fails): %s", reason)
-	}
-	t.Skipf("no test cluster: %s", reason)
 }
 
 func lastLines(s string, n int) string {

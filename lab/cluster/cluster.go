@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -57,7 +56,7 @@ var loopback = netip.MustParseAddr("127.0.0.1")
 // Options describe a cluster. The zero value (plus Binaries, for Launch) is a cluster on the
 // caller's own loopback.
 type Options struct {
-	// Binaries to run; Start fills them from EnsureBinaries when empty.
+	// Binaries to run; clustertest.Start fills them from clustertest.EnsureBinaries when empty.
 	Binaries Binaries
 	// NetNS names a network namespace (ip netns) to run etcd and the apiserver in; clients
 	// from this package dial into it. Empty runs them in the caller's namespace. Needs root.
@@ -76,7 +75,7 @@ type Options struct {
 	// across restarts.
 	APIServerArgs []string
 	// Dir holds certificates, tokens, kubeconfigs, etcd's data and the logs. Empty makes a
-	// temporary directory that Close removes; Start uses the test's TempDir.
+	// temporary directory that Close removes; clustertest.Start uses the test's TempDir.
 	Dir string
 }
 
@@ -109,39 +108,6 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	apiserver *process // nil while stopped
-}
-
-// Start launches a cluster for t and removes it in t.Cleanup, printing the ends of the logs
-// when t failed. Binaries that cannot be had, or a namespace without root, skip the test,
-// except under CI=true where they fail it.
-func Start(t testing.TB, opts Options) *Cluster {
-	t.Helper()
-	if opts.Binaries == (Binaries{}) {
-		opts.Binaries = EnsureBinaries(t)
-	}
-	if opts.NetNS != "" && os.Geteuid() != 0 {
-		unavailable(t, "a cluster inside a network namespace needs root")
-	}
-	if opts.Dir == "" {
-		opts.Dir = t.TempDir()
-	}
-	started := time.Now()
-	c, err := Launch(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("start cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("etcd log, last lines:\n%s", lastLines(readFile(c.EtcdLog), 20))
-			t.Logf("kube-apiserver log, last lines:\n%s", lastLines(readFile(c.APIServerLog), 40))
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
-	t.Logf("cluster ready in %v: apiserver %s (netns %q), state in %s",
-		time.Since(started).Round(100*time.Millisecond), c.Server, c.NetNS, c.Dir)
-	return c
 }
 
 // Launch starts etcd and kube-apiserver and returns once the apiserver is ready. Close stops
@@ -357,6 +323,13 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	}
 	c.apiserver = p
 	return nil
+}
+
+// LogTails returns the last lines of etcd's and kube-apiserver's logs, for a failed test's
+// report.
+func (c *Cluster) LogTails() string {
+	return fmt.Sprintf("etcd log, last lines:\n%s\nkube-apiserver log, last lines:\n%s",
+		lastLines(readFile(c.EtcdLog), 20), lastLines(readFile(c.APIServerLog), 40))
 }
 
 func readFile(path string) string {

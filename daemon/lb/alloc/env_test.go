@@ -28,6 +28,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/lb/alloc"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 // gatewayGroup is the group deploy/rbac.yaml binds.
@@ -53,7 +54,7 @@ type env struct {
 // ConfigMap unless it is empty.
 func newEnv(t *testing.T, poolsDoc string) *env {
 	t.Helper()
-	c := cluster.Start(t, cluster.Options{GatewayGroups: []string{gatewayGroup}})
+	c := clustertest.Start(t, cluster.Options{GatewayGroups: []string{gatewayGroup}})
 	e := &env{c: c, admin: c.Client}
 	probe := e.gateway(t, "probe")
 	// Without deploy/rbac.yaml the gateway's token may do nothing, or "works with

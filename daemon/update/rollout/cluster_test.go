@@ -35,6 +35,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/node"
 	"github.com/edgegate/edgegate/daemon/update/rollout"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
 )
 
 const deployDir = "../../../deploy"
@@ -68,7 +69,7 @@ type fleetGateway struct {
 }
 
 func newFleet(t *testing.T) *fleet {
-	c := cluster.Start(t, cluster.Options{})
+	c := clustertest.Start(t, cluster.Options{})
 	ctx := t.Context()
 	admin, err := dynamic.NewForConfig(c.AdminConfig())
 	if err != nil {

@@ -33,6 +33,8 @@ import (
 
 	"github.com/edgegate/edgegate/lab"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
 // In a QEMU guest (qemu/cluster_test.go) this package's tests use the host's cluster, which
@@ -52,7 +54,7 @@ func TestMain(m *testing.M) {
 		// A guest has every prerequisite: a lab that cannot be built fails.
 		os.Setenv("CI", "true")
 	}
-	lab.Main(m)
+	labtest.Main(m)
 }
 
 // The gateway's identity: the group deploy/bootstrap-token.yaml gives a gateway's token and
@@ -91,10 +93,10 @@ type env struct {
 // the gateway's requests, and applies deploy/rbac.yaml.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	l := lab.New(t, lab.Options{Prefix: "egk"})
+	l := labtest.New(t, lab.Options{Prefix: "egk"})
 	e := &env{lab: l, dir: t.TempDir()}
 	e.stateDir = filepath.Join(e.dir, "state")
-	e.bin = lab.DaemonBinary(t)
+	e.bin = labtest.DaemonBinary(t)
 	out, err := exec.Command(e.bin, "--version").Output()
 	if err != nil {
 		t.Fatalf("%s --version: %v", e.bin, err)
@@ -105,7 +107,7 @@ func newEnv(t *testing.T) *env {
 		e.attachCluster(t)
 	} else {
 		e.audit = newAuditLog(t, e.dir, gatewayUser)
-		e.c = cluster.Start(t, cluster.Options{
+		e.c = clustertest.Start(t, cluster.Options{
 			APIServerArgs: e.audit.args(),
 			NetNS:         l.Upstream.NS,
 			Address:       apiServerAddr,
@@ -165,7 +167,7 @@ func (e *env) attachCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		up.Forward(t, local, u.Host)
+		labtest.Forward(t, up, local, u.Host)
 	}
 	r.Server = "https://" + netip.AddrPortFrom(apiServerAddr, 6443).String()
 	r.EtcdURL = "http://127.0.0.1:2379"
@@ -239,14 +241,14 @@ func (e *env) waitRBAC(t *testing.T) {
 func (e *env) partition(t *testing.T) (heal func()) {
 	t.Helper()
 	port := e.c.Server[strings.LastIndex(e.c.Server, ":")+1:]
-	e.lab.Exec(t, e.lab.Upstream, "nft", "add table inet egpartition\n"+
+	labtest.Exec(t, e.lab.Upstream, "nft", "add table inet egpartition\n"+
 		"add chain inet egpartition input { type filter hook input priority 0; }\n"+
 		"add rule inet egpartition input ip saddr "+gatewayUplink+" tcp dport "+port+" reject with tcp reset")
 	healed := false
 	heal = func() {
 		if !healed {
 			healed = true
-			e.lab.Exec(t, e.lab.Upstream, "nft", "delete", "table", "inet", "egpartition")
+			labtest.Exec(t, e.lab.Upstream, "nft", "delete", "table", "inet", "egpartition")
 		}
 	}
 	t.Cleanup(heal)

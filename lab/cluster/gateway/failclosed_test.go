@@ -20,6 +20,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/lab"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
 // TestFailClosedInCluster: Services whose loadBalancerSourceRanges or other fields today's
@@ -65,7 +66,7 @@ func TestFailClosedInCluster(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			args := append(e.daemonArgs(), "--proxy-mode="+mode)
 			started := time.Now()
-			d := l.StartDaemon(t, args...)
+			d := labtest.StartDaemon(t, l.Gateway, args...)
 			defer d.Stop(t)
 			if _, ok := d.LogLine("msg=starting", "mode="+mode); !ok {
 				t.Fatalf("the daemon did not start in %s mode", mode)

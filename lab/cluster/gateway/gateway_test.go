@@ -22,6 +22,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/node"
 	"github.com/edgegate/edgegate/daemon/source/cache"
 	"github.com/edgegate/edgegate/lab"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
 const (
@@ -43,7 +44,7 @@ func TestGatewayInCluster(t *testing.T) {
 	}
 	e := newEnv(t)
 	l := e.lab
-	d := l.StartDaemon(t, e.daemonArgs()...)
+	d := labtest.StartDaemon(t, l.Gateway, e.daemonArgs()...)
 
 	t.Run("services-and-endpointslices", func(t *testing.T) { servicesFollow(t, e) })
 	t.Run("slice-moves-between-services", func(t *testing.T) { sliceMoves(t, e) })
@@ -253,8 +254,8 @@ func drain(t *testing.T, e *env) {
 func podRoutes(t *testing.T, e *env) {
 	l := e.lab
 	// A route of someone else's at the pod CIDR worker-3 will claim.
-	l.Exec(t, l.Gateway, "ip", "route", "add", "10.244.3.0/24", "via", "10.200.2.13", "proto", "static")
-	t.Cleanup(func() { l.Exec(t, l.Gateway, "ip", "route", "del", "10.244.3.0/24", "proto", "static") })
+	labtest.Exec(t, l.Gateway, "ip", "route", "add", "10.244.3.0/24", "via", "10.200.2.13", "proto", "static")
+	t.Cleanup(func() { labtest.Exec(t, l.Gateway, "ip", "route", "del", "10.244.3.0/24", "proto", "static") })
 	before, others := routes(t, l)
 	if len(before) != 0 {
 		t.Fatalf("edgegate routes before any Node has a pod CIDR: %q", before)
@@ -368,7 +369,7 @@ func outage(t *testing.T, e *env) {
 
 // offlineFirst: SIGTERM marks the Node not ready; a gateway started while the apiserver is down
 // programs from its state directory's cache; when the apiserver answers, its state wins.
-func offlineFirst(t *testing.T, e *env, d *lab.Daemon) {
+func offlineFirst(t *testing.T, e *env, d *labtest.Daemon) {
 	l := e.lab
 	e.createNode(t, "worker-9", []string{"10.244.9.0/24"}, "10.200.2.13")
 	nineRoute := "10.244.9.0/24 via 10.200.2.13 dev br0 proto 69"
@@ -392,12 +393,12 @@ func offlineFirst(t *testing.T, e *env, d *lab.Daemon) {
 	e.c.Stop()
 	// Without rules and without edgegate's routes, only a gateway that programs from its
 	// cache forwards again.
-	out := l.Exec(t, l.Gateway, e.bin, "--cleanup")
+	out := labtest.Exec(t, l.Gateway, e.bin, "--cleanup")
 	t.Logf("edgegate --cleanup: %s", strings.TrimSpace(out))
-	l.Exec(t, l.Gateway, "ip", "route", "del", "10.244.9.0/24", "proto", "69")
+	labtest.Exec(t, l.Gateway, "ip", "route", "del", "10.244.9.0/24", "proto", "69")
 	unanswered(t, l.Client, "10.96.10.30:80")
 
-	d2 := l.StartDaemon(t, e.daemonArgs()...)
+	d2 := labtest.StartDaemon(t, l.Gateway, e.daemonArgs()...)
 	eventually(t, 60*time.Second, "the log says the gateway serves from its cache", func() (bool, string) {
 		line, ok := d2.LogLine("serving from the cluster state cache")
 		return ok, line

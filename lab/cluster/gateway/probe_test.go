@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/lab"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
 // eventually polls cond until it reports done, for at most within; it fails the test with
@@ -249,5 +250,5 @@ func routesAre(t *testing.T, l *lab.Lab, what string, others []string, want ...s
 // address), so traffic to it crosses the gateway's pod route.
 func addPodAddr(t *testing.T, l *lab.Lab, h *lab.Host, addr netip.Addr) {
 	t.Helper()
-	l.Exec(t, h, "ip", "addr", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", "lo")
+	labtest.Exec(t, h, "ip", "addr", "add", netip.PrefixFrom(addr, addr.BitLen()).String(), "dev", "lo")
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/edgegate/edgegate/lab"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
 // TestDashboardLeavesPoolInterfaces: on its default address, node-ip:443, a gateway's
@@ -22,11 +23,11 @@ import (
 // it again. The client on the front segment is inside the default allow-list, so only the
 // pools keep it out.
 func TestDashboardLeavesPoolInterfaces(t *testing.T) {
-	site := lab.NewSite(t, lab.SiteOptions{Prefix: "egd", Gateways: 1})
+	site := labtest.NewSite(t, lab.SiteOptions{Prefix: "egd", Gateways: 1})
 	c, args := startCluster(t, site) // the pools on eth0, where the node IP is
 	createKeySecret(t, c, []byte(rand.Text()))
 	gw := site.Gateways[0]
-	d := gw.StartDaemon(t, append(args(0), "--dashboard-bind-address", "node-ip:443")...)
+	d := labtest.StartDaemon(t, gw, append(args(0), "--dashboard-bind-address", "node-ip:443")...)
 	addr := net.JoinHostPort(gw.IPv4.String(), "443")
 	handshake := func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

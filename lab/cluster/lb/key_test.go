@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/lab"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
 // signedWith reports whether datagram b is a heartbeat signed with key.
@@ -35,7 +36,7 @@ func signedWith(b []byte, key []byte) bool {
 // heartbeats with that key and answers for the address; a change of the Secret (a
 // rotation) is taken without a restart.
 func TestHeartbeatKeyFromSecret(t *testing.T) {
-	site := lab.NewSite(t, lab.SiteOptions{Prefix: "egk", Gateways: 1})
+	site := labtest.NewSite(t, lab.SiteOptions{Prefix: "egk", Gateways: 1})
 	c, args := startCluster(t, site)
 	ctx := t.Context()
 	ip := lab.SitePool4[0]
@@ -67,7 +68,7 @@ func TestHeartbeatKeyFromSecret(t *testing.T) {
 	all := func(member.Heartbeat) bool { return true }
 
 	// No Secret: healthy and synced (StartDaemon waits for both), silent on the segment.
-	d := gw.StartDaemon(t, args(0)...)
+	d := labtest.StartDaemon(t, gw, args(0)...)
 	poll(t, 30*time.Second, "the gateway says why it does not announce", func() (bool, string) {
 		line, ok := d.LogLine("NOT announced", "secret=kube-system/edgegate-lb-heartbeat-key")
 		return ok, line

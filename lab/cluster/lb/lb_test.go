@@ -26,9 +26,11 @@ import (
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/lab"
 	"github.com/edgegate/edgegate/lab/cluster"
+	"github.com/edgegate/edgegate/lab/cluster/clustertest"
+	"github.com/edgegate/edgegate/lab/labtest"
 )
 
-func TestMain(m *testing.M) { lab.Main(m) }
+func TestMain(m *testing.M) { labtest.Main(m) }
 
 const namespace = "lbtest"
 
@@ -51,7 +53,7 @@ func poll(t *testing.T, within time.Duration, what string, cond func() (bool, st
 // pools ConfigMap and the test's namespace, and returns it with gateway i's daemon flags
 // (joined as the gateway group, nothing but the RBAC's permissions).
 func startCluster(t *testing.T, site *lab.Site) (*cluster.Cluster, func(i int) []string) {
-	c := cluster.Start(t, cluster.Options{NetNS: site.Upstream.NS, Address: apiServerAddr,
+	c := clustertest.Start(t, cluster.Options{NetNS: site.Upstream.NS, Address: apiServerAddr,
 		GatewayGroups: []string{"system:bootstrappers:edgegate"}})
 	ctx := t.Context()
 	if _, err := cluster.ApplyFile(ctx, c.Client, "../../../deploy/rbac.yaml"); err != nil {
@@ -120,15 +122,15 @@ func createEndpoints(t *testing.T, c *cluster.Cluster) {
 }
 
 func TestLoadBalancerInCluster(t *testing.T) {
-	site := lab.NewSite(t, lab.SiteOptions{Prefix: "egq"})
+	site := labtest.NewSite(t, lab.SiteOptions{Prefix: "egq"})
 	c, clusterArgs := startCluster(t, site)
 	ctx := t.Context()
 	createKeySecret(t, c, []byte(rand.Text()))
 	args := func(i int) []string { return append(clusterArgs(i), "--lb-allocate", "--lb-default-class") }
-	var daemons []*lab.Daemon
+	var daemons []*labtest.Daemon
 	var macs []string
 	for i, g := range site.Gateways {
-		daemons = append(daemons, g.StartDaemon(t, args(i)...))
+		daemons = append(daemons, labtest.StartDaemon(t, g, args(i)...))
 		mac, err := g.MAC("eth0")
 		if err != nil {
 			t.Fatal(err)
@@ -194,7 +196,7 @@ func TestLoadBalancerInCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("kill %d: gateway-%d killed, %s through gateway-%d after %v", round+1, owner+1, addr, 2-owner, at.Sub(killed).Round(time.Millisecond))
-		daemons[owner] = site.Gateways[owner].StartDaemon(t, args(owner)...)
+		daemons[owner] = labtest.StartDaemon(t, site.Gateways[owner], args(owner)...)
 		if _, err := site.Through(addr, macs, owner, 15*time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"fmt"
@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-
-	"github.com/edgegate/edgegate/daemon/plan"
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/lab"
 )
 
 // Scenario is one row of the traffic matrix: the manifests it needs and a check that drives
@@ -22,7 +24,7 @@ import (
 type Scenario struct {
 	Name      string
 	Manifests string // YAML written as <Name>.yaml before the daemon starts; "" for none
-	Check     func(t *testing.T, l *Lab, g *Gateway)
+	Check     func(t *testing.T, l *lab.Lab, g *Gateway)
 }
 
 // Gateway is the daemon under test as a scenario sees it.
@@ -36,15 +38,15 @@ type Gateway struct {
 // modeTraits is what differs between proxy modes when a scenario looks at the kernel's
 // state itself instead of at traffic.
 type modeTraits struct {
-	// ruleset are lines of KernelState.String that the gateway shows while the daemon runs
+	// ruleset are lines of lab.KernelState.String that the gateway shows while the daemon runs
 	// in this mode (with the matrix's services).
 	ruleset []string
 	// owned lists what of this mode the kernel holds: tables, chains and jumps, virtual
 	// servers, links. Empty after `edgegate --cleanup` and after a start in another mode.
-	owned func(KernelState) []string
+	owned func(lab.KernelState) []string
 	// breakRules removes programmed rules by hand, as a careless operator would, so that
 	// traffic to services fails until the daemon repairs it.
-	breakRules func(t *testing.T, l *Lab)
+	breakRules func(t *testing.T, l *lab.Lab)
 	// scenarios are the mode's own rows of the matrix, run after the shared ones.
 	scenarios func() []Scenario
 }
@@ -53,7 +55,7 @@ type modeTraits struct {
 var modes = map[string]modeTraits{
 	"nftables": {
 		ruleset:    []string{"table ip edgegate", "table ip6 edgegate"},
-		owned:      func(s KernelState) []string { return s.TablesMatching(plan.NFTModeTable) },
+		owned:      func(s lab.KernelState) []string { return s.TablesMatching(plan.NFTModeTable) },
 		breakRules: flushNFTServices,
 		scenarios:  func() []Scenario { return []Scenario{serviceIPOverNodePort()} },
 	},
@@ -75,7 +77,7 @@ var modes = map[string]modeTraits{
 }
 
 // iptablesOwned lists the EG- chains of every table and the jumps into them.
-func iptablesOwned(s KernelState) []string {
+func iptablesOwned(s lab.KernelState) []string {
 	var out []string
 	for _, t := range s.Tables {
 		for _, c := range t.Chains {
@@ -95,7 +97,7 @@ func iptablesOwned(s KernelState) []string {
 
 // ipvsOwned lists the auxiliary tables, the dummy interface and every virtual server (the
 // lab's gateway has no others).
-func ipvsOwned(s KernelState) []string {
+func ipvsOwned(s lab.KernelState) []string {
 	out := s.TablesNamed("edgegate-ipvs")
 	if l, ok := s.Link("edgegate-ipvs0"); ok {
 		out = append(out, fmt.Sprintf("link %s %s %v local %v", l.Name, l.Type, l.Addrs, l.Local))
@@ -106,23 +108,10 @@ func ipvsOwned(s KernelState) []string {
 	return out
 }
 
-// flushChain empties one nftables chain of the gateway.
-func flushChain(l *Lab, family nftables.TableFamily, table, chain string) error {
-	conn, err := nftables.New(nftables.WithNetNSFd(int(l.Gateway.ns)))
-	if err != nil {
-		return err
-	}
-	conn.FlushChain(&nftables.Chain{Name: chain, Table: &nftables.Table{Family: family, Name: table}})
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("flush chain %s %s %s: %w", familyNames[family], table, chain, err)
-	}
-	return nil
-}
-
 // flushIptServices empties nat EG-SERVICES, through which every service lookup goes.
-func flushIptServices(t *testing.T, l *Lab) {
+func flushIptServices(t *testing.T, l *lab.Lab) {
 	t.Helper()
-	if err := flushChain(l, nftables.TableFamilyIPv4, "nat", "EG-SERVICES"); err != nil {
+	if err := l.Gateway.FlushNFTChain(nftables.TableFamilyIPv4, "nat", "EG-SERVICES"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -130,7 +119,7 @@ func flushIptServices(t *testing.T, l *Lab) {
 // flushNFTServices empties the chain every service lookup goes through (kube-proxy's
 // layout, which edgegate follows), in every table of a split dispatch, or the whole
 // table's rules if the layout has no such chain.
-func flushNFTServices(t *testing.T, l *Lab) {
+func flushNFTServices(t *testing.T, l *lab.Lab) {
 	t.Helper()
 	if shards := kernelState(t, l).TablesMatching(plan.IsShardTable); len(shards) > 0 {
 		for _, s := range shards {
@@ -138,28 +127,23 @@ func flushNFTServices(t *testing.T, l *Lab) {
 			if !ok {
 				continue // IPv6: the scenario breaks IPv4 traffic
 			}
-			if err := flushChain(l, nftables.TableFamilyIPv4, name, "services"); err != nil {
+			if err := l.Gateway.FlushNFTChain(nftables.TableFamilyIPv4, name, "services"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return
 	}
-	if err := flushChain(l, nftables.TableFamilyIPv4, "edgegate", "services"); err != nil {
+	if err := l.Gateway.FlushNFTChain(nftables.TableFamilyIPv4, "edgegate", "services"); err != nil {
 		t.Logf("no services chain to flush (%v); flushing every rule of table ip edgegate", err)
-		conn, err := nftables.New(nftables.WithNetNSFd(int(l.Gateway.ns)))
-		if err == nil {
-			conn.FlushTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "edgegate"})
-			err = conn.Flush()
-		}
-		if err != nil {
-			t.Fatalf("flush table ip edgegate: %v", err)
+		if err := l.Gateway.FlushNFTTable(nftables.TableFamilyIPv4, "edgegate"); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
 
 // flushIPVS deletes every virtual server (ipvsadm -C): the VIPs stay on the dummy
 // interface, so connections reach the gateway's own closed ports instead.
-func flushIPVS(t *testing.T, l *Lab) {
+func flushIPVS(t *testing.T, l *lab.Lab) {
 	t.Helper()
 	if err := l.Gateway.FlushIPVS(); err != nil {
 		t.Fatal(err)
@@ -167,13 +151,13 @@ func flushIPVS(t *testing.T, l *Lab) {
 }
 
 // BreakRules removes programmed rules by hand (how depends on the mode).
-func (g *Gateway) BreakRules(t *testing.T, l *Lab) {
+func (g *Gateway) BreakRules(t *testing.T, l *lab.Lab) {
 	t.Helper()
 	g.traits.breakRules(t, l)
 }
 
 // kernelState reads the gateway's kernel state or fails the test.
-func kernelState(t *testing.T, l *Lab) KernelState {
+func kernelState(t *testing.T, l *lab.Lab) lab.KernelState {
 	t.Helper()
 	s, err := l.Gateway.KernelState()
 	if err != nil {
@@ -206,22 +190,6 @@ func (d ManifestDir) Remove(t testing.TB, name string) {
 	}
 }
 
-// DaemonArgs are the flags the matrix starts edgegate with.
-func DaemonArgs(mode, manifestDir string) []string {
-	return []string{
-		"--proxy-mode=" + mode,
-		"--manifests", manifestDir,
-		"--hostname-override", GatewayNodeName,
-		"--node-ip", NodeIPv4.String() + "," + NodeIPv6.String(),
-		"--zone", "lab-a",
-		"--healthz-bind-address", "0.0.0.0:10256",
-		"--metrics-bind-address", "127.0.0.1:10249",
-		"--min-sync-period", "100ms",
-		"--sync-period", "30s",
-		"--full-sync-period", "2s",
-	}
-}
-
 // RunMatrix builds a lab, starts one daemon in the given proxy mode with every scenario's
 // manifests (the shared ones and the mode's own), runs each scenario as a subtest, and
 // finally checks that `edgegate --cleanup` leaves nothing of any mode behind.
@@ -232,9 +200,9 @@ func RunMatrix(t *testing.T, mode string) { RunMatrixWith(t, mode, nil, nil) }
 func RunMatrixWith(t *testing.T, mode string, extra []string, first *Scenario) {
 	traits, ok := modes[mode]
 	if !ok {
-		t.Fatalf("the traffic matrix knows no proxy mode %q (add its traits to modes in lab/matrix.go)", mode)
+		t.Fatalf("the traffic matrix knows no proxy mode %q (add its traits to modes in lab/labtest/matrix.go)", mode)
 	}
-	l := New(t, Options{Prefix: "egm"})
+	l := New(t, lab.Options{Prefix: "egm"})
 	dir := ManifestDir(t.TempDir())
 	scenarios := Scenarios()
 	if first != nil {
@@ -248,7 +216,7 @@ func RunMatrixWith(t *testing.T, mode string, extra []string, first *Scenario) {
 			dir.Write(t, s.Name, s.Manifests)
 		}
 	}
-	d := l.StartDaemon(t, append(DaemonArgs(mode, string(dir)), extra...)...)
+	d := StartDaemon(t, l.Gateway, append(lab.DaemonArgs(mode, string(dir)), extra...)...)
 	g := &Gateway{Mode: mode, Manifests: dir, Daemon: d, traits: traits}
 	for _, s := range scenarios {
 		t.Run(s.Name, func(t *testing.T) {
@@ -266,9 +234,9 @@ func RunMatrixWith(t *testing.T, mode string, extra []string, first *Scenario) {
 
 // cleanupLeavesNothing runs `edgegate --cleanup` in the gateway and checks that no mode
 // owns anything there afterwards.
-func cleanupLeavesNothing(t *testing.T, l *Lab) {
+func cleanupLeavesNothing(t *testing.T, l *lab.Lab) {
 	t.Helper()
-	out := l.Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
+	out := Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
 	t.Logf("edgegate --cleanup: %s", strings.TrimSpace(out))
 	s := kernelState(t, l)
 	for _, name := range slices.Sorted(maps.Keys(modes)) {
@@ -285,7 +253,7 @@ func cleanupLeavesNothing(t *testing.T, l *Lab) {
 // last start must remove what the previous run programmed for it (a restart in the same
 // mode finds its own state, which it no longer wants, and owns it by address).
 func RunModeSwitch(t *testing.T, sequence ...string) {
-	l := New(t, Options{Prefix: "egs"})
+	l := New(t, lab.Options{Prefix: "egs"})
 	dir := ManifestDir(t.TempDir())
 	s := clusterIPSpread()
 	dir.Write(t, s.Name, s.Manifests)
@@ -302,7 +270,7 @@ func RunModeSwitch(t *testing.T, sequence ...string) {
 			dir.Remove(t, stale)
 		}
 		t.Run(fmt.Sprintf("%d-%s", i+1, mode), func(t *testing.T) {
-			d := l.StartDaemon(t, DaemonArgs(mode, string(dir))...)
+			d := StartDaemon(t, l.Gateway, lab.DaemonArgs(mode, string(dir))...)
 			defer d.Stop(t)
 			byBackend, _ := tally(t, l.Client, "10.96.10.1:80", 6)
 			t.Logf("%s mode: 6 connections: %s", mode, describe(byBackend))
@@ -322,10 +290,10 @@ func RunModeSwitch(t *testing.T, sequence ...string) {
 			}
 			if !last {
 				tally(t, l.Client, staleAddr+":80", 2)
-				tally(t, l.Client, NodeIPv4.String()+":30130", 2)
+				tally(t, l.Client, lab.NodeIPv4.String()+":30130", 2)
 			} else {
-				for _, addr := range []string{staleAddr + ":80", NodeIPv4.String() + ":30130"} {
-					if r := l.Client.Probe(addr); r.Outcome == Answered {
+				for _, addr := range []string{staleAddr + ":80", lab.NodeIPv4.String() + ":30130"} {
+					if r := l.Client.Probe(addr); r.Outcome == lab.Answered {
 						t.Errorf("%s answers after its service was removed while the daemon was stopped: %v", addr, r)
 					}
 				}
@@ -364,13 +332,13 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (do
 
 // tally probes addr n times from h, requires every probe answered and counts answers per
 // backend and per source address the backend saw.
-func tally(t *testing.T, h *Host, addr string, n int) (byBackend, bySource map[string]int) {
+func tally(t *testing.T, h *lab.Host, addr string, n int) (byBackend, bySource map[string]int) {
 	t.Helper()
 	byBackend, bySource = map[string]int{}, map[string]int{}
 	for i := range n {
 		r := h.Probe(addr)
-		if r.Outcome != Answered {
-			h.lab.logGateway(t)
+		if r.Outcome != lab.Answered {
+			logGateway(t, h.Lab())
 			t.Fatalf("%s -> %s, probe %d of %d: %v", h.Name, addr, i+1, n, r)
 		}
 		byBackend[r.Reply.Backend]++
@@ -380,11 +348,11 @@ func tally(t *testing.T, h *Host, addr string, n int) (byBackend, bySource map[s
 }
 
 // expectOutcome probes addr from h once and requires the outcome want.
-func expectOutcome(t *testing.T, h *Host, addr string, want Outcome) Result {
+func expectOutcome(t *testing.T, h *lab.Host, addr string, want lab.Outcome) lab.Result {
 	t.Helper()
 	r := h.Probe(addr)
 	if r.Outcome != want {
-		h.lab.logGateway(t)
+		logGateway(t, h.Lab())
 		t.Errorf("%s -> %s: %v; want %v", h.Name, addr, r, want)
 	}
 	return r
@@ -404,4 +372,23 @@ func describe(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", b, m[b]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// logGateway logs what explains a failed probe and no other test output shows: the
+// gateway's IPVS connection table (a kernel with IPVS only), as ipvsadm -Lnc would list it.
+func logGateway(t testing.TB, l *lab.Lab) {
+	t.Helper()
+	if l == nil || ipvs.Available() != nil {
+		return
+	}
+	conns, err := l.Gateway.IPVSConnections()
+	if err != nil {
+		t.Logf("the gateway's IPVS connections: %v", err)
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(conns), "\n")
+	if len(lines) > 80 {
+		lines = append(lines[:80], fmt.Sprintf("... %d more", len(lines)-80))
+	}
+	t.Logf("the gateway's IPVS connections (/proc/net/ip_vs_conn, addresses in hex):\n%s", strings.Join(lines, "\n"))
 }

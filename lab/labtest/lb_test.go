@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 func quantiles(ds []time.Duration) (median, maximum time.Duration) {
@@ -41,7 +43,7 @@ func TestLoadBalancerFailover(t *testing.T) {
 		killed := time.Now()
 		moved := s.ThroughGateway(t, other, 10*time.Second)
 		took = append(took, moved.Sub(killed))
-		s.Daemons[owner] = s.Gateways[owner].StartDaemon(t, s.Args(owner)...)
+		s.Daemons[owner] = StartDaemon(t, s.Gateways[owner], s.Args(owner)...)
 		restarted := time.Now()
 		back := s.ThroughGateway(t, owner, 10*time.Second)
 		t.Logf("kill %d: gateway-%d killed, through gateway-%d after %v; restarted, back after %v",
@@ -89,7 +91,7 @@ func TestLoadBalancerFailover(t *testing.T) {
 	stopAt := time.Now()
 	s.Daemons[owner].Stop(t)
 	moved = s.ThroughGateway(t, other, 10*time.Second)
-	s.Daemons[owner] = s.Gateways[owner].StartDaemon(t, s.Args(owner)...)
+	s.Daemons[owner] = StartDaemon(t, s.Gateways[owner], s.Args(owner)...)
 	back = s.ThroughGateway(t, owner, 10*time.Second)
 	t.Logf("stop: gateway-%d stopped (SIGTERM), through gateway-%d after %v; restarted, back after %v",
 		owner+1, other+1, moved.Sub(stopAt).Round(time.Millisecond), back.Sub(moved).Round(time.Millisecond))
@@ -122,13 +124,13 @@ func TestLoadBalancerFailover(t *testing.T) {
 
 // postDrain posts the dashboard's drain action (on "1" or "0") to the daemon in h, with the
 // lab's token, from inside h.
-func postDrain(h *Host, on string) (int, error) {
+func postDrain(h *lab.Host, on string) (int, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: h.DialContext}}
-	req, err := http.NewRequest(http.MethodPost, DashboardURL+"api/drain?on="+on, nil)
+	req, err := http.NewRequest(http.MethodPost, lab.DashboardURL+"api/drain?on="+on, nil)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+DashboardToken)
+	req.Header.Set("Authorization", "Bearer "+lab.DashboardToken)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err

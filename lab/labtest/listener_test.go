@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"errors"
@@ -18,6 +18,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/listener"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // idlePerListener is how many idle connections the abuse test opens against each listener.
@@ -31,10 +33,10 @@ var slowCutOffWithin = listener.Default.ReadHeaderTimeout + 20*time.Second
 // one source, and a slow-header client from another.
 type abused struct {
 	name            string // the metrics' listener label
-	flood           *Host
+	flood           *lab.Host
 	floodFrom       netip.Addr // the flood's source when it must be chosen (loopback)
 	floodTo         string
-	slow            *Host
+	slow            *lab.Host
 	slowFrom        netip.Addr
 	slowTo          string
 	conns           []net.Conn // the flood's, open until the test ends
@@ -56,13 +58,13 @@ func TestListenerAbuse(t *testing.T) {
 	if need := uint64(4*idlePerListener + 1000); lim.Cur < need {
 		t.Fatalf("the test needs %d open files for its client sockets, RLIMIT_NOFILE allows %d (hard %d): raise it (ulimit -n)", need, lim.Cur, lim.Max)
 	}
-	l := New(t, Options{Prefix: "egl"})
+	l := New(t, lab.Options{Prefix: "egl"})
 	dir := ManifestDir(t.TempDir())
 	local := service("abuse-local", []string{"10.96.30.1"}, loadBalancer(30310, "203.0.113.31"), externalLocal(30410))
 	dir.Write(t, "abuse-local", manifests(local, slice(local, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	// The dashboard on every address in TLS (the lab's default is plain HTTP on loopback,
 	// out of the clients' reach): the gate counts connections before their handshake.
-	d := l.StartDaemon(t, append(DaemonArgs("nftables", string(dir)), "--dashboard-bind-address", ":443")...)
+	d := StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--dashboard-bind-address", ":443")...)
 
 	loopback := netip.MustParseAddr("127.0.0.1")
 	targets := []*abused{
@@ -111,7 +113,7 @@ func TestListenerAbuse(t *testing.T) {
 	dir.Write(t, "abuse-fresh", manifests(fresh, slice(fresh, discovery.AddressTypeIPv4, ready(2))))
 	eventually(t, 10*time.Second, "a Service added under abuse answers", func() (bool, string) {
 		r := l.Client.Probe("10.96.30.2:80")
-		return r.Outcome == Answered, r.String()
+		return r.Outcome == lab.Answered, r.String()
 	})
 	t.Logf("a Service added under abuse answered %v after its manifest was written", time.Since(written).Round(time.Millisecond))
 	slow.Wait()
@@ -144,7 +146,7 @@ func TestListenerAbuse(t *testing.T) {
 	if during > bound {
 		t.Errorf("the daemon held %d open files under abuse, want at most %d", during, bound)
 	}
-	code, body, err := l.Gateway.Fetch(HealthzURL)
+	code, body, err := l.Gateway.Fetch(lab.HealthzURL)
 	if err != nil || code != 200 {
 		t.Errorf("/healthz after the abuse: %d %v %s", code, err, body)
 	}
@@ -164,7 +166,7 @@ func TestListenerAbuse(t *testing.T) {
 
 // flood opens n TCP connections from h to addr (from the address from, when valid) and
 // returns those the daemon did not reset before the dial returned, open.
-func flood(h *Host, from netip.Addr, addr string, n int) (conns []net.Conn, reset int, err error) {
+func flood(h *lab.Host, from netip.Addr, addr string, n int) (conns []net.Conn, reset int, err error) {
 	err = h.Do(func() error {
 		d := dialerFrom(from)
 		for i := range n {
@@ -186,7 +188,7 @@ func flood(h *Host, from netip.Addr, addr string, n int) (conns []net.Conn, rese
 // slowHeader connects from h to addr (from the address from, when valid) and sends one byte
 // of a header that never ends each second, until the daemon closes the connection; it
 // returns how long that took, or an error past limit.
-func slowHeader(h *Host, from netip.Addr, addr string, limit time.Duration) (time.Duration, error) {
+func slowHeader(h *lab.Host, from netip.Addr, addr string, limit time.Duration) (time.Duration, error) {
 	var c net.Conn
 	err := h.Do(func() error {
 		d := dialerFrom(from)
@@ -277,9 +279,9 @@ func sampleOpenFiles(t *testing.T, pid int) func() int {
 var refusedSeries = regexp.MustCompile(`^edgegate_listener_connections_refused_total\{listener="([^"]+)",reason="([^"]+)"\} (\S+)$`)
 
 // refusedByListener reads the daemon's refusal counts, keyed "listener/reason".
-func refusedByListener(t *testing.T, l *Lab) map[string]int {
+func refusedByListener(t *testing.T, l *lab.Lab) map[string]int {
 	t.Helper()
-	code, body, err := l.Gateway.Fetch(MetricsURL)
+	code, body, err := l.Gateway.Fetch(lab.MetricsURL)
 	if err != nil || code != 200 {
 		t.Fatalf("metrics: %d %v", code, err)
 	}

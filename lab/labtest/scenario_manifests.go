@@ -1,10 +1,12 @@
-package lab
+package labtest
 
 import (
 	"testing"
 	"time"
 
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // brokenManifestsKeepServing: bad input loses nothing. A file that does not parse, a file
@@ -21,8 +23,8 @@ func brokenManifestsKeepServing() Scenario {
 	return Scenario{
 		Name:      keptFile,
 		Manifests: manifests(kept, slice(kept, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
-			expectOutcome(t, l.Client, "10.96.10.20:80", Answered)
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
+			expectOutcome(t, l.Client, "10.96.10.20:80", lab.Answered)
 
 			g.Manifests.Write(t, garbageFile, "apiVersion: v1\nkind: Service\nmetadata: [this is not\n")
 			g.Manifests.Write(t, mixedFile, manifests(fine, slice(fine, discovery.AddressTypeIPv4, ready(1)), broken))
@@ -32,11 +34,11 @@ func brokenManifestsKeepServing() Scenario {
 			})
 			eventually(t, 10*time.Second, "the valid service next to an invalid one answers", func() (bool, string) {
 				r := l.Client.Probe("10.96.10.21:80")
-				return r.Outcome == Answered, r.String()
+				return r.Outcome == lab.Answered, r.String()
 			})
 			expectLog(t, g.Daemon, mixedFile+".yaml", "matrix/broken-port", "spec.ports[0].port")
 			expectLog(t, g.Daemon, garbageFile+".yaml", "manifest problem")
-			if r := l.Client.Probe("10.96.10.22:80"); r.Outcome == Answered {
+			if r := l.Client.Probe("10.96.10.22:80"); r.Outcome == lab.Answered {
 				t.Errorf("the invalid service answers: %v", r)
 			}
 
@@ -49,7 +51,7 @@ func brokenManifestsKeepServing() Scenario {
 				t.Fatalf("the edit must replace the scenario's own file, not add a duplicate: %s", line)
 			}
 			for range 5 {
-				expectOutcome(t, l.Client, "10.96.10.20:80", Answered)
+				expectOutcome(t, l.Client, "10.96.10.20:80", lab.Answered)
 			}
 		},
 	}

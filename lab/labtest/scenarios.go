@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // Scenarios returns the traffic matrix. Addresses used (each scenario owns its own):
@@ -46,19 +48,19 @@ func Scenarios() []Scenario {
 // is split over tables, whose node-port chains run after all their Service IP chains). An
 // IPVS virtual server cannot tell the two apart, so ipvs mode does not run it.
 func serviceIPOverNodePort() Scenario {
-	byIP := service("ip-over-nodeport", []string{"10.96.10.23"}, externalIPs(NodeIPv4.String()))
+	byIP := service("ip-over-nodeport", []string{"10.96.10.23"}, externalIPs(lab.NodeIPv4.String()))
 	byIP.Spec.Ports[0].Port = 30110
 	byPort := service("nodeport-under-ip", []string{"10.96.10.24"}, nodePort(30110))
 	return Scenario{
 		Name: "service-ip-wins-over-node-port",
 		Manifests: manifests(byIP, slice(byIP, discovery.AddressTypeIPv4, ready(2, 3)),
 			byPort, slice(byPort, discovery.AddressTypeIPv4, ready(1))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			// The node port itself works on the Service's own ClusterIP path.
 			if byBackend, _ := tally(t, l.Client, "10.96.10.24:80", 3); byBackend["backend-1"] != 3 {
 				t.Fatalf("nodeport-under-ip's ClusterIP reached %s, want backend-1 only", describe(byBackend))
 			}
-			addr := NodeIPv4.String() + ":30110"
+			addr := lab.NodeIPv4.String() + ":30110"
 			byBackend, _ := tally(t, l.Client, addr, 12)
 			if byBackend["backend-1"] > 0 || len(byBackend) < 2 {
 				t.Errorf("%s (external IP of ip-over-nodeport, node port of nodeport-under-ip) reached %s, want backend-2 and backend-3 only", addr, describe(byBackend))
@@ -70,7 +72,7 @@ func serviceIPOverNodePort() Scenario {
 func rulesetListing() Scenario {
 	return Scenario{
 		Name: "ruleset-listing",
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			st := kernelState(t, l)
 			for _, line := range g.traits.ruleset {
 				if !st.Has(line) {
@@ -86,7 +88,7 @@ func clusterIPSpread() Scenario {
 	return Scenario{
 		Name:      "clusterip-spreads-over-all-endpoints",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, bySource := tally(t, l.Client, "10.96.10.1:80", 60)
 			t.Logf("60 connections: %s", describe(byBackend))
 			for _, b := range l.Backends {
@@ -105,7 +107,7 @@ func nodePortOnNodeIP() Scenario {
 	return Scenario{
 		Name:      "nodeport-on-node-ip",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, _ := tally(t, l.Client, "10.200.1.1:30102", 30)
 			if len(byBackend) < 2 {
 				t.Errorf("30 NodePort connections reached only %s", describe(byBackend))
@@ -121,9 +123,9 @@ func loadBalancerSourceRanges() Scenario {
 	return Scenario{
 		Name:      "loadbalancer-source-ranges",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			tally(t, l.Client, "203.0.113.103:80", 5)
-			r := expectOutcome(t, l.Client2, "203.0.113.103:80", TimedOut)
+			r := expectOutcome(t, l.Client2, "203.0.113.103:80", lab.TimedOut)
 			t.Logf("client-2 (outside the source ranges) -> LB IP: %v", r)
 			// The ranges guard the LoadBalancer IP only, not the ClusterIP.
 			tally(t, l.Client2, "10.96.10.3:80", 3)
@@ -139,9 +141,9 @@ func sourceRangesReadAsKubeProxy() Scenario {
 	return Scenario{
 		Name:      "loadbalancer-source-ranges-padded",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			tally(t, l.Client, "203.0.113.110:80", 5)
-			expectOutcome(t, l.Client2, "203.0.113.110:80", TimedOut)
+			expectOutcome(t, l.Client2, "203.0.113.110:80", lab.TimedOut)
 		},
 	}
 }
@@ -154,9 +156,9 @@ func unreadableSourceRangesRefuseEveryone() Scenario {
 	return Scenario{
 		Name:      "loadbalancer-source-ranges-unreadable",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
-			expectOutcome(t, l.Client, "203.0.113.111:80", TimedOut)
-			expectOutcome(t, l.Client2, "203.0.113.111:80", TimedOut)
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
+			expectOutcome(t, l.Client, "203.0.113.111:80", lab.TimedOut)
+			expectOutcome(t, l.Client2, "203.0.113.111:80", lab.TimedOut)
 			// Only the LoadBalancer IP is closed: the ClusterIP and node port serve.
 			tally(t, l.Client, "10.96.10.17:80", 3)
 			tally(t, l.Client2, "10.200.1.1:30112", 3)
@@ -169,14 +171,14 @@ func externalIPsServed() Scenario {
 	return Scenario{
 		Name:      "external-ips",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, bySource := tally(t, l.Client, "198.51.100.14:80", 12)
 			if len(byBackend) < 2 {
 				t.Errorf("12 connections to the external IP reached only %s", describe(byBackend))
 			}
 			// External traffic under externalTrafficPolicy Cluster is masqueraded, so that
 			// the replies come back through the gateway.
-			onlySource(t, "external IP", bySource, BridgeIPv4.String())
+			onlySource(t, "external IP", bySource, lab.BridgeIPv4.String())
 			tally(t, l.Client2, "198.51.100.14:80", 3)
 		},
 	}
@@ -192,17 +194,17 @@ func externalIPsServed() Scenario {
 // proxy.)
 func hairpinEndpoint() Scenario {
 	svc := service("hairpin", []string{"10.96.10.15"})
-	local := []endpoint{{backend: 1, ready: true, serving: true, node: GatewayNodeName}}
+	local := []endpoint{{backend: 1, ready: true, serving: true, node: lab.GatewayNodeName}}
 	return Scenario{
 		Name:      "hairpin-endpoint-reaches-itself",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, local)),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			self := l.Backends[0]
 			byBackend, bySource := tally(t, self, "10.96.10.15:80", 6)
 			if byBackend[self.Name] != 6 {
 				t.Errorf("want every answer from %s itself: %s", self.Name, describe(byBackend))
 			}
-			onlySource(t, self.Name+" reaching itself", bySource, BridgeIPv4.String())
+			onlySource(t, self.Name+" reaching itself", bySource, lab.BridgeIPv4.String())
 		},
 	}
 }
@@ -212,7 +214,7 @@ func sessionAffinity() Scenario {
 	return Scenario{
 		Name:      "session-affinity-clientip",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, _ := tally(t, l.Client, "10.96.10.4:80", 20)
 			if len(byBackend) != 1 {
 				t.Errorf("20 connections from one client went to %s; want one backend", describe(byBackend))
@@ -236,11 +238,11 @@ func externalLocalDrops() Scenario {
 	return Scenario{
 		Name:      "external-traffic-policy-local",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			// The gateway has no local endpoint: external traffic is dropped, not rejected,
 			// so load balancers steer away by health check instead.
-			expectOutcome(t, l.Client, "10.200.1.1:30105", TimedOut)
-			expectOutcome(t, l.Client, "203.0.113.105:80", TimedOut)
+			expectOutcome(t, l.Client, "10.200.1.1:30105", lab.TimedOut)
+			expectOutcome(t, l.Client, "203.0.113.105:80", lab.TimedOut)
 			tally(t, l.Client, "10.96.10.5:80", 3)
 
 			code, body, err := l.Client.Fetch("http://10.200.1.1:30205/")
@@ -266,11 +268,11 @@ func externalClusterMasquerades() Scenario {
 	return Scenario{
 		Name:      "external-traffic-policy-cluster-masquerades",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			_, bySource := tally(t, l.Client, "10.200.1.1:30106", 5)
-			onlySource(t, "NodePort", bySource, BridgeIPv4.String())
+			onlySource(t, "NodePort", bySource, lab.BridgeIPv4.String())
 			_, bySource = tally(t, l.Client, "203.0.113.106:80", 5)
-			onlySource(t, "LoadBalancer IP", bySource, BridgeIPv4.String())
+			onlySource(t, "LoadBalancer IP", bySource, lab.BridgeIPv4.String())
 		},
 	}
 }
@@ -280,10 +282,10 @@ func noEndpointsRejected() Scenario {
 	return Scenario{
 		Name:      "no-endpoints-rejected",
 		Manifests: manifests(svc),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			// Refused means a TCP reset came back: a black hole would time out instead.
 			for _, addr := range []string{"10.96.10.7:80", "10.200.1.1:30107"} {
-				expectOutcome(t, l.Client, addr, Refused)
+				expectOutcome(t, l.Client, addr, lab.Refused)
 			}
 		},
 	}
@@ -298,7 +300,7 @@ func onlyTerminatingServe() Scenario {
 	return Scenario{
 		Name:      "only-terminating-endpoints-serve",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, eps)),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, _ := tally(t, l.Client, "10.96.10.8:80", 10)
 			if byBackend["backend-2"] != 10 {
 				t.Errorf("want all 10 answers from the serving terminating backend-2 (backend-3 is not serving): %s", describe(byBackend))
@@ -315,16 +317,16 @@ func dualStack() Scenario {
 		Manifests: manifests(svc,
 			slice(svc, discovery.AddressTypeIPv6, ready(1, 2, 3)),
 			slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, bySource := tally(t, l.Client, "[fd00:96::10:9]:80", 30)
 			if len(byBackend) < 2 {
 				t.Errorf("30 IPv6 ClusterIP connections reached only %s", describe(byBackend))
 			}
 			onlySource(t, "IPv6 ClusterIP", bySource, l.Client.IPv6.String())
 			_, bySource = tally(t, l.Client, "[2001:db8:113::109]:80", 5)
-			onlySource(t, "IPv6 LoadBalancer IP", bySource, BridgeIPv6.String())
+			onlySource(t, "IPv6 LoadBalancer IP", bySource, lab.BridgeIPv6.String())
 			_, bySource = tally(t, l.Client, "[fd00:200:1::1]:30109", 5)
-			onlySource(t, "IPv6 NodePort", bySource, BridgeIPv6.String())
+			onlySource(t, "IPv6 NodePort", bySource, lab.BridgeIPv6.String())
 			tally(t, l.Client, "10.96.10.9:80", 5)
 			tally(t, l.Client, "203.0.113.109:80", 5)
 		},
@@ -337,20 +339,20 @@ func udpFlowMovesOnEndpointRemoval() Scenario {
 	return Scenario{
 		Name:      name,
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			flow, err := l.Client.OpenUDP(40053, "10.96.10.10:53")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer flow.Close()
 			first := flow.Ask()
-			if first.Outcome != Answered {
+			if first.Outcome != lab.Answered {
 				t.Fatalf("udp 10.96.10.10:53 from %v: %v", flow.LocalAddr(), first)
 			}
 			hit := first.Reply.Backend
 			// One conntrack entry carries the flow: it stays on its endpoint.
 			for range 5 {
-				if r := flow.Ask(); r.Outcome != Answered || r.Reply.Backend != hit {
+				if r := flow.Ask(); r.Outcome != lab.Answered || r.Reply.Backend != hit {
 					t.Fatalf("udp flow left %s while nothing changed: %v", hit, r)
 				}
 			}
@@ -365,10 +367,10 @@ func udpFlowMovesOnEndpointRemoval() Scenario {
 			// The backend process is still alive: only a flushed conntrack entry moves the flow.
 			eventually(t, 10*time.Second, "udp flow moves off the removed endpoint "+hit, func() (bool, string) {
 				r := flow.Ask()
-				return r.Outcome == Answered && r.Reply.Backend != hit, r.String()
+				return r.Outcome == lab.Answered && r.Reply.Backend != hit, r.String()
 			})
 			for range 3 {
-				if r := flow.Ask(); r.Outcome != Answered || r.Reply.Backend == hit {
+				if r := flow.Ask(); r.Outcome != lab.Answered || r.Reply.Backend == hit {
 					t.Errorf("after the move: %v", r)
 				}
 			}
@@ -381,7 +383,7 @@ func fullResyncRepairsRules() Scenario {
 	return Scenario{
 		Name:      "full-resync-repairs-deleted-rules",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			tally(t, l.Client, "10.96.10.11:80", 3)
 			// The periodic full sync may repair the rules between breaking and probing;
 			// break them again then, a few times at most.
@@ -390,7 +392,7 @@ func fullResyncRepairsRules() Scenario {
 				g.BreakRules(t, l)
 				r := l.Client.Probe("10.96.10.11:80")
 				t.Logf("attempt %d: rules broken by hand, probe: %v", attempt, r)
-				broken = r.Outcome != Answered
+				broken = r.Outcome != lab.Answered
 			}
 			if !broken {
 				t.Fatalf("traffic still answered after the rules were deleted three times")
@@ -398,7 +400,7 @@ func fullResyncRepairsRules() Scenario {
 			start := time.Now()
 			eventually(t, 5*time.Second, "full resync restores the deleted rules", func() (bool, string) {
 				r := l.Client.Probe("10.96.10.11:80")
-				return r.Outcome == Answered, r.String()
+				return r.Outcome == lab.Answered, r.String()
 			})
 			t.Logf("repaired after %v", time.Since(start).Round(10*time.Millisecond))
 		},
@@ -412,7 +414,7 @@ func incrementalChangeKeepsConnections() Scenario {
 	return Scenario{
 		Name:      "incremental-change-keeps-established-connection",
 		Manifests: manifests(steady, slice(steady, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			conn, err := l.Client.OpenHTTP("10.96.10.12:80")
 			if err != nil {
 				t.Fatal(err)
@@ -422,7 +424,7 @@ func incrementalChangeKeepsConnections() Scenario {
 			if err != nil {
 				t.Fatalf("first request on the held connection: %v", err)
 			}
-			if r := l.Client.Probe("10.96.10.13:80"); r.Outcome == Answered {
+			if r := l.Client.Probe("10.96.10.13:80"); r.Outcome == lab.Answered {
 				t.Fatalf("10.96.10.13 answers before its service exists: %v", r)
 			}
 			g.Manifests.Write(t, extra, manifests(added, slice(added, discovery.AddressTypeIPv4, ready(1, 2, 3))))
@@ -441,7 +443,7 @@ func incrementalChangeKeepsConnections() Scenario {
 			eventually(t, 10*time.Second, "the added service answers", func() (bool, string) {
 				use("while the change is applied")
 				r := l.Client.Probe("10.96.10.13:80")
-				return r.Outcome == Answered, r.String()
+				return r.Outcome == lab.Answered, r.String()
 			})
 			for range 3 {
 				use("after the change")

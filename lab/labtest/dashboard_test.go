@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // browserWait bounds every wait for the page: a broken page fails instead of hanging. It
@@ -20,7 +22,7 @@ const browserWait = 20 * time.Second
 
 // browser starts headless Chromium inside h's namespace (through `ip netns exec`, which
 // keeps chromedp's pipe descriptors) and returns a chromedp context for one tab.
-func browser(t *testing.T, h *Host, flags ...chromedp.ExecAllocatorOption) context.Context {
+func browser(t *testing.T, h *lab.Host, flags ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -87,25 +89,25 @@ func backendConnections(t *testing.T, ctx context.Context) map[string]int {
 // node IP's port 443 in TLS, and drives the page from headless Chromium in client-1, the
 // operator's side of the gateway, pinned to the certificate's key as the log prints it.
 func TestDashboardInBrowser(t *testing.T) {
-	l := New(t, Options{Prefix: "egw"})
+	l := New(t, lab.Options{Prefix: "egw"})
 	dir := ManifestDir(t.TempDir())
 	web := service("web", []string{"10.96.0.10"}, nodePort(30080))
 	dir.Write(t, "web", manifests(web, slice(web, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	stateDir := t.TempDir()
-	args := append(DaemonArgs("nftables", string(dir)), "--state-dir", stateDir,
+	args := append(lab.DaemonArgs("nftables", string(dir)), "--state-dir", stateDir,
 		// The token generated at first start, as on a fresh gateway.
 		"--dashboard-token-file", "", "--dashboard-bind-address", "node-ip:443",
 		"--dashboard-allowed-cidrs", "10.200.1.0/24,fd00:200:1::/64",
 		// A full sync restarts the rule counters (the dashboard carries the counts
 		// over); none is needed here.
 		"--full-sync-period", "5m")
-	d := l.StartDaemon(t, args...)
+	d := StartDaemon(t, l.Gateway, args...)
 	token := readToken(t, stateDir)
 	spki := pinnedKey(t, d, stateDir)
 	if _, ok := d.LogLine("dashboard token generated", token); !ok {
 		t.Error("the console does not show the generated token")
 	}
-	base := "https://" + NodeIPv4.String() + "/"
+	base := "https://" + lab.NodeIPv4.String() + "/"
 	mgmtPlaneRefusals(t, l, token, spki)
 
 	if code, body, err := fetchPinned(l.Client, base+"api/state", spki, ""); err != nil || code != http.StatusUnauthorized {
@@ -174,7 +176,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The drain action: /healthz (what load balancers probe) fails while the operator
 	// drains, and passes again after; traffic keeps flowing meanwhile.
-	healthz := "http://" + NodeIPv4.String() + ":10256/healthz"
+	healthz := "http://" + lab.NodeIPv4.String() + ":10256/healthz"
 	do(t, ctx, "drain the gateway", chromedp.Click(chromedp.CSS(`#drain[data-on="1"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#drain[data-on="0"]`)))
 	if code, body, err := l.Client.Fetch(healthz); err != nil || code != http.StatusServiceUnavailable {
@@ -183,7 +185,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if state := value(t, ctx, "read the drain state", chromedp.Text(chromedp.CSS("#drain-state"))); !strings.Contains(state, "draining: operator") {
 		t.Errorf("the page shows %q while draining", state)
 	}
-	expectOutcome(t, l.Client, "10.96.0.10:80", Answered)
+	expectOutcome(t, l.Client, "10.96.0.10:80", lab.Answered)
 	shot := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
 	do(t, ctx, "serve again", chromedp.Click(chromedp.CSS(`#drain[data-on="0"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#drain[data-on="1"]`)))
@@ -194,7 +196,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the drain action was not logged (%q)", line)
 	}
 
-	out := filepath.Join("..", "out", "dashboard-browser.png")
+	out := filepath.Join("..", "..", "out", "dashboard-browser.png")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("GET %s: %d %v", path, code, err)
 			continue
 		}
-		for p, want := range map[string]string{"api/nft": "table ip edgegate", "api/conntrack": "dport=80", "api/network": NodeIPv4.String() + "/24", "api/logs": "INFO"} {
+		for p, want := range map[string]string{"api/nft": "table ip edgegate", "api/conntrack": "dport=80", "api/network": lab.NodeIPv4.String() + "/24", "api/logs": "INFO"} {
 			if strings.HasPrefix(path, p) && !strings.Contains(body, want) {
 				t.Errorf("GET /%s: want %q in\n%s", path, want, body)
 			}

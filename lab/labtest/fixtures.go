@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgegate/edgegate/daemon/plan"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // matrixNamespace holds every Service of the traffic matrix.
@@ -32,7 +34,7 @@ func service(name string, ips []string, mods ...serviceMod) *v1.Service {
 			ClusterIP:  ips[0],
 			ClusterIPs: ips,
 			Ports: []v1.ServicePort{{
-				Name: "p", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(BackendTCPPort),
+				Name: "p", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(lab.BackendTCPPort),
 			}},
 		},
 	}
@@ -113,7 +115,7 @@ func udpPort(port int32) serviceMod {
 	return func(s *v1.Service) {
 		s.Spec.Ports[0].Protocol = v1.ProtocolUDP
 		s.Spec.Ports[0].Port = port
-		s.Spec.Ports[0].TargetPort = intstr.FromInt32(BackendUDPPort)
+		s.Spec.Ports[0].TargetPort = intstr.FromInt32(lab.BackendUDPPort)
 	}
 }
 

@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/lb/member"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // TestForgedPeers: a host on the segment (the client's namespace) hears the gateways'
@@ -43,7 +45,7 @@ func TestForgedPeers(t *testing.T) {
 	// It drains until the tap holds three of its draining heartbeats: the IP can move in
 	// less than two heartbeat intervals.
 	isDraining := func(h member.Heartbeat) bool { return h.Draining }
-	var draining []CapturedHeartbeat
+	var draining []lab.CapturedHeartbeat
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if draining = tap.Captured(ownerIP, isDraining); len(draining) >= 3 {
 			break
@@ -127,7 +129,7 @@ func TestForgedPeers(t *testing.T) {
 		}
 	})
 	s.Daemons[other].Stop(t)
-	s.Daemons[other] = s.Gateways[other].StartDaemon(t, s.Args(other)...)
+	s.Daemons[other] = StartDaemon(t, s.Gateways[other], s.Args(other)...)
 	otherDaemons = append(otherDaemons, s.Daemons[other])
 	time.Sleep(2 * time.Second)
 	close(stop)
@@ -138,7 +140,7 @@ func TestForgedPeers(t *testing.T) {
 	// stale, replayed or signed anew with the site's key.
 	s.Daemons[owner].Stop(t)
 	s.ThroughGateway(t, other, 10*time.Second)
-	s.Daemons[owner] = s.Gateways[owner].StartDaemon(t, s.Args(owner)...)
+	s.Daemons[owner] = StartDaemon(t, s.Gateways[owner], s.Args(owner)...)
 	s.ThroughGateway(t, owner, 10*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	start = time.Now()
@@ -186,7 +188,7 @@ func TestForgedPeers(t *testing.T) {
 // owner's last heartbeats in order, one every 350 ms (each would keep it alive for a
 // heartbeat timeout): the IP must move to the other gateway within 5 s of its start all
 // the same.
-func replayDeadOwner(t *testing.T, s *LBSite, tap *HeartbeatTap, owner int) {
+func replayDeadOwner(t *testing.T, s *LBSite, tap *lab.HeartbeatTap, owner int) {
 	other := 1 - owner
 	time.Sleep(3 * time.Second) // thirty heartbeats of the owner's current incarnation
 	caught := tap.Captured(s.Gateways[owner].IPv4, func(h member.Heartbeat) bool { return !h.Draining && !h.Listening })
@@ -204,7 +206,7 @@ func replayDeadOwner(t *testing.T, s *LBSite, tap *HeartbeatTap, owner int) {
 			time.Sleep(350 * time.Millisecond)
 		}
 	})
-	s.Daemons[other] = s.Gateways[other].StartDaemon(t, s.Args(other)...)
+	s.Daemons[other] = StartDaemon(t, s.Gateways[other], s.Args(other)...)
 	started := time.Now()
 	moved := s.ThroughGateway(t, other, 5*time.Second)
 	t.Logf("gateway-%d dead, gateway-%d restarted during replays of its heartbeats: through gateway-%d %v after its start",

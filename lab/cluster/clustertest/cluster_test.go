@@ -1,4 +1,4 @@
-package cluster
+package clustertest
 
 import (
 	"context"
@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edgegate/edgegate/lab/cluster"
 )
 
 const testNamespace = "edgegate-test"
@@ -29,7 +31,7 @@ const testNamespace = "edgegate-test"
 // TestObjectsSurviveAPIServerRestart writes a Service and its EndpointSlice, stops the
 // apiserver (requests then fail), starts it again and reads the same objects back.
 func TestObjectsSurviveAPIServerRestart(t *testing.T) {
-	c := Start(t, Options{})
+	c := Start(t, cluster.Options{})
 	ctx := t.Context()
 
 	want := writeService(t, c.Client)
@@ -62,7 +64,7 @@ func TestObjectsSurviveAPIServerRestart(t *testing.T) {
 // TestGatewayIdentity checks the gateway's token and kubeconfig: it authenticates as the
 // gateway user with no rights until RBAC grants some, and the kubeconfig carries it.
 func TestGatewayIdentity(t *testing.T) {
-	c := Start(t, Options{GatewayUser: "edgegate:gateway:gw-1"})
+	c := Start(t, cluster.Options{GatewayUser: "edgegate:gateway:gw-1"})
 	ctx := t.Context()
 
 	if !regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`).MatchString(c.GatewayToken) {
@@ -82,8 +84,8 @@ func TestGatewayIdentity(t *testing.T) {
 		t.Fatalf("self subject review with the gateway kubeconfig: %v", err)
 	}
 	u := review.Status.UserInfo
-	if u.Username != "edgegate:gateway:gw-1" || !slices.Contains(u.Groups, DefaultGatewayGroup) {
-		t.Errorf("gateway authenticates as %q in %v, want edgegate:gateway:gw-1 in %s", u.Username, u.Groups, DefaultGatewayGroup)
+	if u.Username != "edgegate:gateway:gw-1" || !slices.Contains(u.Groups, cluster.DefaultGatewayGroup) {
+		t.Errorf("gateway authenticates as %q in %v, want edgegate:gateway:gw-1 in %s", u.Username, u.Groups, cluster.DefaultGatewayGroup)
 	}
 	_, err = gw.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if !apierrors.IsForbidden(err) {
@@ -112,7 +114,7 @@ func TestClusterInNetNS(t *testing.T) {
 		}
 	})
 
-	c := Start(t, Options{NetNS: ns})
+	c := Start(t, cluster.Options{NetNS: ns})
 	want := writeService(t, c.Client)
 	if got := readService(t, c.Client); !cmp.Equal(got, want) {
 		t.Fatalf("read back differs (-got +want):\n%s", cmp.Diff(got, want))
@@ -149,8 +151,8 @@ func writeService(t *testing.T, cs kubernetes.Interface) serviceState {
 	if err != nil {
 		t.Fatalf("create service: %v", err)
 	}
-	if !netip.MustParsePrefix(ServiceCIDR).Contains(netip.MustParseAddr(svc.Spec.ClusterIP)) {
-		t.Errorf("ClusterIP %s outside %s", svc.Spec.ClusterIP, ServiceCIDR)
+	if !netip.MustParsePrefix(cluster.ServiceCIDR).Contains(netip.MustParseAddr(svc.Spec.ClusterIP)) {
+		t.Errorf("ClusterIP %s outside %s", svc.Spec.ClusterIP, cluster.ServiceCIDR)
 	}
 	ready, port, name, proto := true, int32(8080), "http", v1.ProtocolTCP
 	slice, err := cs.DiscoveryV1().EndpointSlices(testNamespace).Create(ctx, &discovery.EndpointSlice{

@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"fmt"
@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // ipvsScenarios are ipvs mode's own rows of the matrix: what the kernel's IPVS table holds
@@ -68,7 +69,7 @@ func ipvsTable() Scenario {
 	vips := []string{"10.96.10.1/32", "198.51.100.14/32", "203.0.113.103/32", "fd00:96::10:9/128", "2001:db8:113::109/128"}
 	return Scenario{
 		Name: "ipvs-virtual-servers-addresses-and-sysctls",
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			st := kernelState(t, l)
 			t.Logf("ipvsadm -Ln in the gateway:\n%s", ipvs.Format(st.IPVS, false))
 			for _, w := range wants {
@@ -131,7 +132,7 @@ func ipvsRoundRobin() Scenario {
 	return Scenario{
 		Name:      "ipvs-rr-spreads-evenly",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			byBackend, _ := tally(t, l.Client, "10.96.11.1:80", n)
 			t.Logf("rr, %d connections: %s", n, describe(byBackend))
 			for _, b := range l.Backends {
@@ -158,8 +159,8 @@ func ipvsLeastConnection() Scenario {
 	return Scenario{
 		Name:      "ipvs-lc-prefers-fewer-active",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
-			held := map[string][]*HTTPConn{}
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
+			held := map[string][]*lab.HTTPConn{}
 			var order []string // the backend of each connection opened, in order
 			t.Cleanup(func() {
 				for _, cs := range held {
@@ -203,7 +204,7 @@ func ipvsLeastConnection() Scenario {
 			closeOn := func(backend string) {
 				t.Helper()
 				cs := held[backend]
-				if err := resetConn(cs[len(cs)-1]); err != nil {
+				if err := cs[len(cs)-1].Reset(); err != nil {
 					t.Fatal(err)
 				}
 				held[backend] = cs[:len(cs)-1]
@@ -238,7 +239,7 @@ func ipvsLeastConnection() Scenario {
 	}
 }
 
-func describeHeld(held map[string][]*HTTPConn) string {
+func describeHeld(held map[string][]*lab.HTTPConn) string {
 	var parts []string
 	for _, b := range []string{"backend-1", "backend-2", "backend-3"} {
 		parts = append(parts, fmt.Sprintf("%s=%d", b, len(held[b])))
@@ -254,7 +255,7 @@ func ipvsSourceHashing() Scenario {
 	return Scenario{
 		Name:      "ipvs-sh-pins-each-source",
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			sources := []netip.Addr{l.Client.IPv4}
 			for i := 21; i <= 28; i++ {
 				sources = append(sources, netip.AddrFrom4([4]byte{10, 200, 1, byte(i)}))
@@ -266,7 +267,7 @@ func ipvsSourceHashing() Scenario {
 				seen := map[string]int{}
 				for i := range perSource {
 					r := l.Client.ProbeFrom(src, "10.96.11.3:80")
-					if r.Outcome != Answered || r.Reply.Source != src {
+					if r.Outcome != lab.Answered || r.Reply.Source != src {
 						t.Fatalf("from %s, probe %d: %v (want answered, seeing %s)", src, i+1, r, src)
 					}
 					seen[r.Reply.Backend]++
@@ -288,36 +289,18 @@ func ipvsSourceHashing() Scenario {
 }
 
 // addSourceAddrs adds addresses to h's eth0 for the test's duration.
-func addSourceAddrs(t *testing.T, h *Host, addrs []netip.Addr) {
+func addSourceAddrs(t *testing.T, h *lab.Host, addrs []netip.Addr) {
 	t.Helper()
-	n, err := openLinks(h)
-	if err != nil {
+	var prefixes []netip.Prefix
+	for _, a := range addrs {
+		prefixes = append(prefixes, netip.PrefixFrom(a, 24))
+	}
+	if err := h.AddAddrs("eth0", prefixes...); err != nil {
 		t.Fatal(err)
 	}
-	var prefixes []string
-	for _, a := range addrs {
-		prefixes = append(prefixes, netip.PrefixFrom(a, 24).String())
-	}
-	n.addrs("eth0", prefixes...)
-	n.close()
-	if n.err != nil {
-		t.Fatal(n.err)
-	}
 	t.Cleanup(func() {
-		n, err := openLinks(h)
-		if err != nil {
+		if err := h.RemoveAddrs("eth0", prefixes...); err != nil {
 			t.Error(err)
-			return
-		}
-		defer n.close()
-		link := n.link("eth0")
-		for _, a := range addrs {
-			if link != nil {
-				n.fail("remove "+a.String(), n.nl.AddrDel(link, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(a, 24))}))
-			}
-		}
-		if n.err != nil {
-			t.Error(n.err)
 		}
 	})
 }
@@ -334,7 +317,7 @@ func ipvsStats() Scenario {
 		Name: "ipvs-stats-match-traffic",
 		Manifests: manifests(tcp, slice(tcp, discovery.AddressTypeIPv4, ready(1, 2, 3)),
 			udp, slice(udp, discovery.AddressTypeIPv4, ready(2))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			sent, received := map[string]int{}, map[string]int{}
 			count := map[string]int{}
 			for i := range conns {
@@ -380,11 +363,11 @@ func ipvsStats() Scenario {
 			defer flow.Close()
 			var in, out uint64
 			for i := range datagrams {
-				n, r := flow.askRaw()
-				if r.Outcome != Answered || r.Reply.Backend != "backend-2" {
+				asked, n, r := flow.AskBytes()
+				if r.Outcome != lab.Answered || r.Reply.Backend != "backend-2" {
 					t.Fatalf("datagram %d: %v", i+1, r)
 				}
-				in += uint64(udpHeaders + len(udpQuestion))
+				in += uint64(udpHeaders + asked)
 				out += uint64(udpHeaders + n)
 			}
 			u := settledStats(t, l, "UDP", "10.96.11.5:53", 1)
@@ -418,7 +401,7 @@ func ipvsTerminatingDrains() Scenario {
 	return Scenario{
 		Name:      name,
 		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *Lab, g *Gateway) {
+		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 			conn, err := l.Client.OpenHTTP(addr)
 			if err != nil {
 				t.Fatal(err)
@@ -429,7 +412,7 @@ func ipvsTerminatingDrains() Scenario {
 				t.Fatal(err)
 			}
 			x := first.Backend
-			xi := slices.IndexFunc(l.Backends, func(h *Host) bool { return h.Name == x })
+			xi := slices.IndexFunc(l.Backends, func(h *lab.Host) bool { return h.Name == x })
 			var eps []endpoint
 			for i := 1; i <= 3; i++ {
 				if i == xi+1 {
@@ -440,7 +423,7 @@ func ipvsTerminatingDrains() Scenario {
 			}
 			t.Logf("held connection is on %s; marking it terminating", x)
 			g.Manifests.Write(t, name, manifests(svc, slice(svc, discovery.AddressTypeIPv4, eps)))
-			xAddr := netip.AddrPortFrom(l.Backends[xi].IPv4, BackendTCPPort)
+			xAddr := netip.AddrPortFrom(l.Backends[xi].IPv4, lab.BackendTCPPort)
 			eventually(t, 10*time.Second, x+" at weight 0 with its connection", func() (bool, string) {
 				d, ok := destination(virtualServer(t, l, "TCP", addr), xAddr)
 				return ok && d.Weight == 0 && d.ActiveConns == 1, fmt.Sprintf("%+v (present %v)", d, ok)
@@ -456,7 +439,7 @@ func ipvsTerminatingDrains() Scenario {
 			if byBackend[x] != 0 {
 				t.Errorf("new connections reached the terminating %s: %s", x, describe(byBackend))
 			}
-			if err := resetConn(conn); err != nil {
+			if err := conn.Reset(); err != nil {
 				t.Fatal(err)
 			}
 			// A reset connection stays in IPVS's table for its CLOSE timeout (10s) before

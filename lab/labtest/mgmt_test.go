@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"context"
@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // The management plane as a client sees it: TLS pinned to the key the console prints,
@@ -75,7 +77,7 @@ func pinnedKey(t *testing.T, d *Daemon, stateDir string) string {
 
 // fetchPinned GETs url from h over TLS, trusting only the key whose SPKI hash is spki (no
 // CA vouches for a gateway's own certificate), with token as a bearer when set.
-func fetchPinned(h *Host, url, spki, token string) (int, string, error) {
+func fetchPinned(h *lab.Host, url, spki, token string) (int, string, error) {
 	pin := func(cs tls.ConnectionState) error {
 		sum := sha256.Sum256(cs.PeerCertificates[0].RawSubjectPublicKeyInfo)
 		if got := base64.StdEncoding.EncodeToString(sum[:]); got != spki {
@@ -83,7 +85,7 @@ func fetchPinned(h *Host, url, spki, token string) (int, string, error) {
 		}
 		return nil
 	}
-	client := &http.Client{Timeout: ExchangeTimeout, Transport: &http.Transport{DialContext: h.DialContext, DisableKeepAlives: true,
+	client := &http.Client{Timeout: lab.ExchangeTimeout, Transport: &http.Transport{DialContext: h.DialContext, DisableKeepAlives: true,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, VerifyConnection: pin}}}
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -123,18 +125,18 @@ func unpinnedBrowserRefused(t *testing.T, ctx context.Context, url string) {
 // other; client-2, outside --dashboard-allowed-cidrs, gets no answer at all (the kernel
 // drops it) while the same address answers it on /healthz; the table is in the kernel for
 // both families.
-func mgmtPlaneRefusals(t *testing.T, l *Lab, token, spki string) {
+func mgmtPlaneRefusals(t *testing.T, l *lab.Lab, token, spki string) {
 	t.Helper()
-	plain := fmt.Sprintf("http://%s:443/api/state?token=%s", NodeIPv4, token)
+	plain := fmt.Sprintf("http://%s:443/api/state?token=%s", lab.NodeIPv4, token)
 	if code, body, err := l.Client.Fetch(plain); err == nil && (code == http.StatusOK || strings.Contains(body, `"firmware"`)) {
 		t.Errorf("plain HTTP to the TLS port was served: %d %q", code, body)
 	} else {
 		t.Logf("plain HTTP to the TLS port: %d %q %v", code, strings.TrimSpace(body), err)
 	}
-	if code, _, err := l.Client.Fetch(fmt.Sprintf("http://%s:80/?token=%s", NodeIPv4, token)); err == nil {
+	if code, _, err := l.Client.Fetch(fmt.Sprintf("http://%s:80/?token=%s", lab.NodeIPv4, token)); err == nil {
 		t.Errorf("plain HTTP on port 80 answered %d; want nothing listening", code)
 	}
-	for _, addr := range []string{NodeIPv4.String(), NodeIPv6.String()} {
+	for _, addr := range []string{lab.NodeIPv4.String(), lab.NodeIPv6.String()} {
 		url := "https://" + net.JoinHostPort(addr, "443") + "/api/state"
 		if code, _, err := fetchPinned(l.Client, url, spki, token); err != nil || code != http.StatusOK {
 			t.Errorf("client-1 -> %s: %d %v, want served", url, code, err)
@@ -149,10 +151,10 @@ func mgmtPlaneRefusals(t *testing.T, l *Lab, token, spki string) {
 			t.Errorf("client-2 -> %s:443: %v, want no answer (dropped in the kernel)", addr, err)
 		}
 	}
-	if code, _, err := l.Client2.Fetch(fmt.Sprintf("http://%s:10256/healthz", NodeIPv4)); err != nil || code != http.StatusOK {
+	if code, _, err := l.Client2.Fetch(fmt.Sprintf("http://%s:10256/healthz", lab.NodeIPv4)); err != nil || code != http.StatusOK {
 		t.Errorf("client-2 -> /healthz: %d %v; the refusal above must be the allow-list's", code, err)
 	}
-	ruleset := l.Exec(t, l.Gateway, "nft", "list", "table", "inet", "edgegate-mgmt")
+	ruleset := Exec(t, l.Gateway, "nft", "list", "table", "inet", "edgegate-mgmt")
 	for _, want := range []string{"ip daddr 10.200.1.1 tcp dport 443 jump allowlist", "ip6 daddr fd00:200:1::1 tcp dport 443 jump allowlist",
 		"ip saddr 10.200.1.0/24 accept", "ip6 saddr fd00:200:1::/64 accept"} {
 		if !strings.Contains(ruleset, want) {
@@ -165,7 +167,7 @@ func mgmtPlaneRefusals(t *testing.T, l *Lab, token, spki string) {
 // allowListOutlivesModes: the table stays when the daemon stops and when it comes back in
 // another proxy mode (which removes the first mode's rules), the certificate is reused, the
 // daemon refuses outsiders without the table too, and `edgegate --cleanup` removes it.
-func allowListOutlivesModes(t *testing.T, l *Lab, d *Daemon, args []string, spki string) {
+func allowListOutlivesModes(t *testing.T, l *lab.Lab, d *Daemon, args []string, spki string) {
 	t.Helper()
 	d.Stop(t)
 	has := func() bool {
@@ -181,7 +183,7 @@ func allowListOutlivesModes(t *testing.T, l *Lab, d *Daemon, args []string, spki
 	}
 	args = slices.Clone(args)
 	args[i] = "--proxy-mode=iptables"
-	d = l.StartDaemon(t, args...)
+	d = StartDaemon(t, l.Gateway, args...)
 	if _, ok := d.LogLine("dashboard TLS certificate generated"); ok {
 		t.Error("a second start generated a new certificate")
 	}
@@ -191,21 +193,21 @@ func allowListOutlivesModes(t *testing.T, l *Lab, d *Daemon, args []string, spki
 	if !has() {
 		t.Error("the allow-list is gone after a start in iptables mode")
 	}
-	if code, _, err := fetchPinned(l.Client, "https://"+NodeIPv4.String()+"/api/state", spki, ""); err != nil || code != http.StatusUnauthorized {
+	if code, _, err := fetchPinned(l.Client, "https://"+lab.NodeIPv4.String()+"/api/state", spki, ""); err != nil || code != http.StatusUnauthorized {
 		t.Errorf("the dashboard after the restart in iptables mode: %d %v", code, err)
 	}
 	// Without the kernel's table the daemon still refuses client-2: it closes the
 	// connection before the TLS handshake.
-	l.Exec(t, l.Gateway, "nft", "delete", "table", "inet", "edgegate-mgmt")
-	if code, _, err := fetchPinned(l.Client2, "https://"+NodeIPv4.String()+"/api/state", spki, ""); err == nil {
+	Exec(t, l.Gateway, "nft", "delete", "table", "inet", "edgegate-mgmt")
+	if code, _, err := fetchPinned(l.Client2, "https://"+lab.NodeIPv4.String()+"/api/state", spki, ""); err == nil {
 		t.Errorf("client-2 (outside the allow-list) was answered %d once the kernel's table was gone", code)
 	} else {
 		t.Logf("client-2 without the kernel's table: %v", err)
 	}
 	d.Stop(t)
 	// The table back (empty) for --cleanup to find: it removes it whatever it holds.
-	l.Exec(t, l.Gateway, "nft", "add", "table", "inet", "edgegate-mgmt")
-	out := l.Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
+	Exec(t, l.Gateway, "nft", "add", "table", "inet", "edgegate-mgmt")
+	out := Exec(t, l.Gateway, DaemonBinary(t), "--cleanup")
 	if has() {
 		t.Errorf("edgegate --cleanup (%s) left table inet edgegate-mgmt", strings.TrimSpace(out))
 	}

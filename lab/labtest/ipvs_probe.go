@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"bufio"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -16,19 +15,21 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/lab/whoami"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // Helpers of ipvs mode's scenarios: reading virtual servers and their counters back, and
 // probing from chosen sources.
 
 // virtualServer reads one virtual server of the gateway or fails the test.
-func virtualServer(t *testing.T, l *Lab, proto, addr string) ipvs.Entry {
+func virtualServer(t *testing.T, l *lab.Lab, proto, addr string) ipvs.Entry {
 	t.Helper()
 	entries, err := l.Gateway.IPVS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := KernelState{HasIPVS: true, IPVS: entries}.VirtualServer(proto, addr)
+	e, err := lab.KernelState{HasIPVS: true, IPVS: entries}.VirtualServer(proto, addr)
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, ipvs.Format(entries, false))
 	}
@@ -46,7 +47,7 @@ func destination(e ipvs.Entry, ap netip.AddrPort) (ipvs.Destination, bool) {
 // settledStats waits until a virtual server's counters show conns connections and stop
 // changing. The kernel folds its per-CPU counters into what it reports every 2 seconds
 // (the rate estimator's period), so a read right after the traffic lags.
-func settledStats(t *testing.T, l *Lab, proto, addr string, conns int) ipvs.Entry {
+func settledStats(t *testing.T, l *lab.Lab, proto, addr string, conns int) ipvs.Entry {
 	t.Helper()
 	var last ipvs.Entry
 	var lastAt time.Time
@@ -85,7 +86,7 @@ func sameStats(a, b ipvs.Entry) bool {
 // dashboardShowsStats waits (the dashboard samples its counters every second) until the
 // daemon's dashboard shows a service port's traffic as the kernel counted it in e, its only
 // virtual server: connections, packets and bytes both ways, for it and each real server.
-func dashboardShowsStats(t *testing.T, l *Lab, service string, e ipvs.Entry) {
+func dashboardShowsStats(t *testing.T, l *lab.Lab, service string, e ipvs.Entry) {
 	t.Helper()
 	type counts struct{ Connections, Packets, Bytes uint64 }
 	of := func(c ipvs.Counters) counts {
@@ -114,53 +115,13 @@ func dashboardShowsStats(t *testing.T, l *Lab, service string, e ipvs.Entry) {
 	})
 }
 
-func backendOf(l *Lab, a netip.Addr) string {
+func backendOf(l *lab.Lab, a netip.Addr) string {
 	for _, b := range l.Backends {
 		if b.IPv4 == a || b.IPv6 == a {
 			return b.Name
 		}
 	}
 	return a.String()
-}
-
-// resetConn ends a connection with a TCP reset (SO_LINGER 0): it leaves no TIME_WAIT
-// entry behind, in the kernel's TCP or in IPVS.
-func resetConn(c *HTTPConn) error {
-	tc, ok := c.conn.(*net.TCPConn)
-	if !ok {
-		return fmt.Errorf("reset: %T is not a TCP connection", c.conn)
-	}
-	if err := tc.SetLinger(0); err != nil {
-		return fmt.Errorf("reset: %w", err)
-	}
-	return tc.Close()
-}
-
-// ProbeFrom is Probe from the source address src (one of h's addresses).
-func (h *Host) ProbeFrom(src netip.Addr, addr string) Result {
-	start := time.Now()
-	r := func() Result {
-		ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
-		defer cancel()
-		var c net.Conn
-		err := h.Do(func() error {
-			var err error
-			d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
-			c, err = d.DialContext(ctx, "tcp", addr)
-			return err
-		})
-		if err != nil {
-			return Result{Outcome: classify(err), Err: err}
-		}
-		defer c.Close()
-		reply, err := (&HTTPConn{conn: c, r: bufio.NewReader(c)}).Ask()
-		if err != nil {
-			return Result{Outcome: classify(err), Err: err}
-		}
-		return Result{Outcome: Answered, Reply: reply}
-	}()
-	r.Took = time.Since(start)
-	return r
 }
 
 // exchanged is one HTTP exchange with its byte counts (TCP data, no headers).
@@ -171,15 +132,15 @@ type exchanged struct {
 
 // exchange makes one HTTP request on a connection of its own, closed by the server after
 // the answer, and counts the bytes each way.
-func exchange(h *Host, addr string) (exchanged, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
+func exchange(h *lab.Host, addr string) (exchanged, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), lab.DialTimeout)
 	defer cancel()
 	c, err := h.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return exchanged{}, err
 	}
 	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(ExchangeTimeout)); err != nil {
+	if err := c.SetDeadline(time.Now().Add(lab.ExchangeTimeout)); err != nil {
 		return exchanged{}, err
 	}
 	req := "GET / HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n"

@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/plan"
+
+	"github.com/edgegate/edgegate/lab"
 )
 
 // TestTrafficMatrixNftables runs every scenario against one daemon in nftables mode.
@@ -17,7 +19,7 @@ func TestTrafficMatrixNftables(t *testing.T) { RunMatrix(t, "nftables") }
 // tables (two endpoints a table: dozens of tables per family), as a large cluster's is:
 // traffic must behave exactly as with one table.
 func TestTrafficMatrixNftablesSplit(t *testing.T) {
-	RunMatrixWith(t, "nftables", []string{"--nftables-endpoints-per-table=2"}, &Scenario{Name: "split", Check: func(t *testing.T, l *Lab, g *Gateway) {
+	RunMatrixWith(t, "nftables", []string{"--nftables-endpoints-per-table=2"}, &Scenario{Name: "split", Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
 		eventually(t, 10*time.Second, "the dispatch split over tables in both families", func() (bool, string) {
 			st := kernelState(t, l)
 			var v4, v6 int
@@ -37,9 +39,9 @@ func TestTrafficMatrixNftablesSplit(t *testing.T) {
 // TestEmbeddedDefaultNftables starts the daemon the way the demo does, without --manifests,
 // and checks the embedded default services that the demo shows.
 func TestEmbeddedDefaultNftables(t *testing.T) {
-	l := New(t, Options{Prefix: "egd"})
-	l.StartDaemon(t, "--proxy-mode=nftables", "--hostname-override", GatewayNodeName,
-		"--node-ip", NodeIPv4.String()+","+NodeIPv6.String())
+	l := New(t, lab.Options{Prefix: "egd"})
+	StartDaemon(t, l.Gateway, "--proxy-mode=nftables", "--hostname-override", lab.GatewayNodeName,
+		"--node-ip", lab.NodeIPv4.String()+","+lab.NodeIPv6.String())
 	for _, addr := range []string{"10.96.0.10:80", "[fd00:96::10]:80", "10.200.1.1:30080", "203.0.113.10:80", "[2001:db8:113::10]:80"} {
 		byBackend, _ := tally(t, l.Client, addr, 12)
 		if len(byBackend) < 2 {
@@ -51,7 +53,7 @@ func TestEmbeddedDefaultNftables(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer flow.Close()
-	if r := flow.Ask(); r.Outcome != Answered {
+	if r := flow.Ask(); r.Outcome != lab.Answered {
 		t.Errorf("default/dns 10.96.0.53:53: %v", r)
 	}
 	// The daemon set kube-proxy's conntrack timeouts in its namespace (the table size is
