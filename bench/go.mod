@@ -9,7 +9,10 @@ go 1.26.8
 
 require github.com/edgegate/edgegate v0.0.0
 
-require github.com/stretchr/testify v1.12.1 // indirect
+require (
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+)
 
 require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/nftables"
 
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 	discovery "k8s.io/api/discovery/v1"
 )
 
@@ -53,7 +53,7 @@ type modeTraits struct {
 var modes = map[string]modeTraits{
 	"nftables": {
 		ruleset:    []string{"table ip edgegate", "table ip6 edgegate"},
-		owned:      func(s KernelState) []string { return s.TablesMatching(plan.NFTModeTable) },
+		owned:      func(s KernelState) []string { return s.TablesMatching(nft.ModeTable) },
 		breakRules: flushNFTServices,
 		scenarios:  func() []Scenario { return []Scenario{serviceIPOverNodePort()} },
 	},
@@ -132,7 +132,7 @@ func flushIptServices(t *testing.T, l *Lab) {
 // table's rules if the layout has no such chain.
 func flushNFTServices(t *testing.T, l *Lab) {
 	t.Helper()
-	if shards := kernelState(t, l).TablesMatching(plan.IsShardTable); len(shards) > 0 {
+	if shards := kernelState(t, l).TablesMatching(nft.IsShardTable); len(shards) > 0 {
 		for _, s := range shards {
 			name, ok := strings.CutPrefix(s, "table ip ")
 			if !ok {

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"crypto/tls"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -132,11 +133,11 @@ func (d *Dashboard) Rebind(p Plane) {
 
 // TrafficFor returns the traffic source of a proxy mode: the nftables mode's rule counters,
 // the IPVS table's stats (ipvsStats), nil for iptables mode, which has none yet.
-func TrafficFor(mode string, families []model.Family, counters NFTCounters, ipvsStats TrafficSource) TrafficSource {
+func TrafficFor(mode plan.Mode, families []model.Family, counters NFTCounters, ipvsStats TrafficSource) TrafficSource {
 	switch {
-	case mode == ModeNFTables && counters != nil:
+	case mode == plan.ModeNFTables && counters != nil:
 		return &NFTTraffic{Counters: counters, Families: families}
-	case mode == ModeIPVS:
+	case mode == plan.ModeIPVS:
 		return ipvsStats
 	}
 	return nil

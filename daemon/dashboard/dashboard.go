@@ -12,6 +12,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/proxy"
 )
 
@@ -34,7 +35,7 @@ const SyncLimit = 120
 // Options configure a Dashboard.
 type Options struct {
 	Version string
-	Mode    string // --proxy-mode
+	Mode    plan.Mode // --proxy-mode
 	Node    string
 	Plan    plan.Config
 	// NFTPerTable is nftables mode's --nftables-endpoints-per-table: the rules page shows
@@ -201,7 +202,7 @@ func New(o Options) *Dashboard {
 		o.Upload = bundleUpload
 	}
 	d := &Dashboard{hub: NewHub(o.Buffer), opts: o, lastTrigger: map[model.ServicePortName]int64{}, rebind: make(chan struct{}, 1)}
-	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: o.Mode, Node: o.Node, Started: o.Now()})
+	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: string(o.Mode), Node: o.Node, Started: o.Now()})
 	_ = d.hub.Set(KeyServices, []Service{})
 	_ = d.hub.Set(KeyCluster, map[string]any{"mode": "standalone"})
 	_ = d.hub.Set(KeyDrain, DrainState{Reasons: []string{}})
@@ -438,7 +439,7 @@ type NFTCounters interface {
 
 // NFTTraffic is the nftables mode's TrafficSource: the plan gives the first rule of every
 // service chain and the DNAT rule of every endpoint a counter, labelled by the rule's
-// comment (see plan.Counter, plan.EndpointChain). A rule's counter restarts from zero
+// comment (see nft.Counter, nft.EndpointChain). A rule's counter restarts from zero
 // whenever its chain is written again (a full sync, a change of that service's endpoints);
 // NFTTraffic carries the counts across, so the numbers it reports never go back (what a
 // restart loses between two samples stays lost).
@@ -455,7 +456,7 @@ type NFTTraffic struct {
 func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error) {
 	raw := map[string]BackendTraffic{}
 	for _, f := range n.Families {
-		c, err := n.Counters.Counters(f, plan.NFTModeTable)
+		c, err := n.Counters.Counters(f, nft.ModeTable)
 		if err != nil {
 			return nil, fmt.Errorf("%s counters of the nftables tables: %w", f, err)
 		}
@@ -487,9 +488,9 @@ func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, e
 	}
 	out := map[string]ServiceTraffic{}
 	for _, sp := range snap.Sorted() {
-		st := ServiceTraffic{BackendTraffic: firstPackets(all["service-"+plan.ChainBase(sp.Name)]), Backends: map[string]BackendTraffic{}}
+		st := ServiceTraffic{BackendTraffic: firstPackets(all["service-"+nft.ChainBase(sp.Name)]), Backends: map[string]BackendTraffic{}}
 		for _, e := range sp.Endpoints {
-			st.Backends[e.String()] = firstPackets(all[plan.EndpointChain(sp.Name, e)])
+			st.Backends[e.String()] = firstPackets(all[nft.EndpointChain(sp.Name, e)])
 		}
 		out[sp.Name.String()] = st
 	}

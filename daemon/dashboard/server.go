@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,7 +18,8 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/ipt"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/webui"
 )
 
@@ -38,8 +40,8 @@ func (d *Dashboard) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(d.hub.Snapshot())
 	})
-	mux.HandleFunc("GET /api/nft", d.serveRules(ModeNFTables))
-	mux.HandleFunc("GET /api/iptables", d.serveRules(ModeIPTables))
+	mux.HandleFunc("GET /api/nft", d.serveRules(plan.ModeNFTables))
+	mux.HandleFunc("GET /api/iptables", d.serveRules(plan.ModeIPTables))
 	mux.HandleFunc("GET /api/ipvs", d.serveIPVS)
 	mux.HandleFunc("GET /api/conntrack", d.serveConntrack)
 	mux.HandleFunc("GET /api/network", d.serveNetwork)
@@ -65,13 +67,6 @@ func limitBodies(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
-// Proxy modes whose rules the views can show.
-const (
-	ModeNFTables = "nftables"
-	ModeIPTables = "iptables"
-	ModeIPVS     = "ipvs"
-)
 
 // guard checks method, Origin and token, and sets the headers every answer carries.
 func (d *Dashboard) guard(next http.Handler) http.Handler {
@@ -229,7 +224,7 @@ func (d *Dashboard) serveWS(w http.ResponseWriter, r *http.Request) {
 
 // serveRules writes the rules of the last programmed snapshot as the mode's stock tool
 // prints them, or 404 when the gateway runs another mode.
-func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
+func (d *Dashboard) serveRules(mode plan.Mode) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if d.opts.Mode != mode {
 			http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, mode), http.StatusNotFound)
@@ -244,14 +239,14 @@ func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
 		fmt.Fprintf(w, "# %s rules of snapshot %d, as programmed\n", mode, snap.Generation)
 		for _, f := range d.opts.Families {
 			switch mode {
-			case ModeNFTables:
+			case plan.ModeNFTables:
 				// A split made afresh: it differs from the daemon's only while a shrunk
 				// cluster is between the sizes where the daemon keeps more tables.
-				for _, t := range (&plan.NFTShards{PerTable: d.opts.NFTPerTable}).Split(plan.NFT(snap, f, d.opts.Plan)) {
+				for _, t := range (&nft.Shards{PerTable: d.opts.NFTPerTable}).Split(nft.Build(snap, f, d.opts.Plan)) {
 					fmt.Fprint(w, t.Dump())
 				}
-			case ModeIPTables:
-				fmt.Fprintf(w, "# %s\n%s", f, plan.IPT(snap, f, d.opts.Plan).Dump())
+			case plan.ModeIPTables:
+				fmt.Fprintf(w, "# %s\n%s", f, ipt.Build(snap, f, d.opts.Plan).Dump())
 			}
 		}
 	}
@@ -260,8 +255,8 @@ func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
 // serveIPVS reads the IPVS table back from the kernel: in ipvs mode the kernel's table,
 // with its per-real-server stats, is what an operator compares against.
 func (d *Dashboard) serveIPVS(w http.ResponseWriter, _ *http.Request) {
-	if d.opts.Mode != ModeIPVS {
-		http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, ModeIPVS), http.StatusNotFound)
+	if d.opts.Mode != plan.ModeIPVS {
+		http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, plan.ModeIPVS), http.StatusNotFound)
 		return
 	}
 	k, ok := d.opts.Kernel.(IPVSTable)

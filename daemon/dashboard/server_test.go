@@ -21,6 +21,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/webui"
 )
@@ -33,8 +34,8 @@ const PageBudget = 300 << 10
 
 type fakeDataplane struct{ err error }
 
-func (*fakeDataplane) Mode() string   { return ModeNFTables }
-func (*fakeDataplane) Cleanup() error { return nil }
+func (*fakeDataplane) Mode() plan.Mode { return plan.ModeNFTables }
+func (*fakeDataplane) Cleanup() error  { return nil }
 func (f *fakeDataplane) Program(_ *model.Snapshot, full bool) (proxy.Result, error) {
 	return proxy.Result{Full: full, Written: 3, Elements: 7}, f.err
 }
@@ -70,7 +71,7 @@ func webObjects(eps ...string) []any {
 	}
 }
 
-func newTestDashboard(t *testing.T, mode string) (*Dashboard, *httptest.Server) {
+func newTestDashboard(t *testing.T, mode plan.Mode) (*Dashboard, *httptest.Server) {
 	t.Helper()
 	d := New(Options{Version: "test", Mode: mode, Node: "gw", Families: []model.Family{model.IPv4, model.IPv6},
 		Plan: plan.Config{NodeName: "gw"}, Kernel: fakeKernel{}, Token: testToken})
@@ -103,7 +104,7 @@ func request(t *testing.T, method, url string, hdr map[string]string) (*http.Res
 }
 
 func TestTokenAndOrigin(t *testing.T) {
-	_, srv := newTestDashboard(t, ModeNFTables)
+	_, srv := newTestDashboard(t, plan.ModeNFTables)
 	bearer := map[string]string{"Authorization": "Bearer " + testToken}
 	for _, tc := range []struct {
 		name, path string
@@ -144,7 +145,7 @@ func wsURL(srv *httptest.Server, query string) string {
 }
 
 func TestWebsocketTokenOriginAndUpdates(t *testing.T) {
-	d, srv := newTestDashboard(t, ModeNFTables)
+	d, srv := newTestDashboard(t, plan.ModeNFTables)
 	for _, tc := range []struct {
 		name, query, origin string
 		want                int
@@ -211,7 +212,7 @@ func TestWebsocketTokenOriginAndUpdates(t *testing.T) {
 }
 
 func TestOperatorViews(t *testing.T) {
-	d, srv := newTestDashboard(t, ModeNFTables)
+	d, srv := newTestDashboard(t, plan.ModeNFTables)
 	auth := map[string]string{"Authorization": "Bearer " + testToken}
 	if resp, body := get(t, srv.URL+"/api/nft", auth); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/api/nft before a sync: %d %q, want 503", resp.StatusCode, body)
@@ -221,14 +222,14 @@ func TestOperatorViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, body := get(t, srv.URL+"/api/nft", auth)
-	want := plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"}).Dump()
+	want := nft.Build(snap, model.IPv4, plan.Config{NodeName: "gw"}).Dump()
 	if resp.StatusCode != 200 || !strings.Contains(body, want) || !strings.Contains(body, "table ip6 edgegate") {
 		t.Errorf("/api/nft: %d, want both families' plan dumps; got\n%s", resp.StatusCode, body)
 	}
 	if resp, body := get(t, srv.URL+"/api/iptables", auth); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "nftables mode") {
 		t.Errorf("/api/iptables in nftables mode: %d %q, want 404 naming the mode", resp.StatusCode, body)
 	}
-	d2, srv2 := newTestDashboard(t, ModeIPTables)
+	d2, srv2 := newTestDashboard(t, plan.ModeIPTables)
 	if _, err := d2.Record(&fakeDataplane{}).Program(snap, true); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestOperatorViews(t *testing.T) {
 	if resp, body := get(t, srv.URL+"/api/ipvs", auth); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/api/ipvs in nftables mode: %d %q, want 404", resp.StatusCode, body)
 	}
-	_, srv3 := newTestDashboard(t, ModeIPVS)
+	_, srv3 := newTestDashboard(t, plan.ModeIPVS)
 	if resp, body := get(t, srv3.URL+"/api/ipvs", auth); resp.StatusCode != 200 || !strings.Contains(body, "TCP  10.96.0.10:80 rr") {
 		t.Errorf("/api/ipvs in ipvs mode: %d %q, want the kernel's table", resp.StatusCode, body)
 	}
@@ -272,7 +273,7 @@ func TestOperatorViews(t *testing.T) {
 // TestPageWeight loads the page and everything it references, as a browser would, and
 // checks the total against the budget.
 func TestPageWeight(t *testing.T) {
-	_, srv := newTestDashboard(t, ModeNFTables)
+	_, srv := newTestDashboard(t, plan.ModeNFTables)
 	auth := map[string]string{"Authorization": "Bearer " + testToken}
 	resp, page := get(t, srv.URL+"/", auth)
 	if resp.StatusCode != 200 || !strings.Contains(page, "<title>edgegate</title>") {
@@ -304,7 +305,7 @@ func TestPageWeight(t *testing.T) {
 }
 
 func TestWebsocketEndsWithContext(t *testing.T) {
-	d := New(Options{Token: testToken, Mode: ModeNFTables})
+	d := New(Options{Token: testToken, Mode: plan.ModeNFTables})
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := httptest.NewUnstartedServer(d.Handler())
 	srv.Config.BaseContext = d.baseContext(ctx)
@@ -342,7 +343,7 @@ func TestWebsocketEndsWithContext(t *testing.T) {
 // TestDeadClientDropped: a client that stops reading answers no pings; the server drops it
 // at the pong deadline while another client still gets every change.
 func TestDeadClientDropped(t *testing.T) {
-	d := New(Options{Token: testToken, Mode: ModeNFTables, PongWait: 300 * time.Millisecond})
+	d := New(Options{Token: testToken, Mode: plan.ModeNFTables, PongWait: 300 * time.Millisecond})
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
 	dial := func() *websocket.Conn {
@@ -414,7 +415,7 @@ func TestRecorderKeepsDraining(t *testing.T) {
 // token. It is logged, and its state reaches the hub.
 func TestDrainAction(t *testing.T) {
 	var logs strings.Builder
-	d := New(Options{Mode: ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	d := New(Options{Mode: plan.ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
 	post := func(path string, hdr map[string]string) (int, string) {
