@@ -271,7 +271,7 @@ func TestIPTHealthCheckNodePort(t *testing.T) {
 	}
 	// Only from INPUT: the health check port is the node's own listener, never forwarded.
 	if got := tr.Trace(pt.Pkt(pt.Client, "10.200.1.99", 32000)); slices.Contains(got.Matched, accepted) {
-		t.Errorf("health check rule used for a forwarded pt.Packet: %v", got.Matched)
+		t.Errorf("health check rule used for a forwarded packet: %v", got.Matched)
 	}
 }
 

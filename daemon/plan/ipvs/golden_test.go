@@ -1,10 +1,7 @@
 package ipvs_test
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,8 +14,6 @@ import (
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current plans")
 
 // ipvsGoldenCfg is the IPVS goldens' configuration: golden_test.go's node "gw" with the
 // demo's cluster CIDRs (so the cluster-IP masquerade rule shows), its addresses (one
@@ -90,32 +85,10 @@ func buildIPVS(t *testing.T, cfg ipvs.Config, f model.Family, objs ...any) *ipvs
 
 // TestIPVSGoldenDumps keeps testdata/*.golden: the IPVS plans of the fixtures above,
 // in ipvsadm -Ln's format followed by the dummy interface and the auxiliary table.
-// -update rewrites them.
 func TestIPVSGoldenDumps(t *testing.T) {
-	for name, objs := range ipvsGoldenFixtures() {
-		for _, f := range []model.Family{model.IPv4, model.IPv6} {
-			if f == model.IPv6 && name != "web" {
-				continue
-			}
-			file := filepath.Join("testdata", name+"-"+f.String()+".golden")
-			t.Run(filepath.Base(file), func(t *testing.T) {
-				got := buildIPVS(t, ipvsGoldenCfg(), f, objs...).Dump()
-				if *update {
-					if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(file)
-				if err != nil {
-					t.Fatalf("%v (run go test ./daemon/plan/ipvs -update to create it)", err)
-				}
-				if d := cmp.Diff(string(want), got); d != "" {
-					t.Errorf("plan differs from %s (-want +got); if intended, run go test ./daemon/plan/ipvs -update:\n%s", file, d)
-				}
-			})
-		}
-	}
+	pt.GoldenDumps(t, ipvsGoldenFixtures(), func(t *testing.T, f model.Family, objs ...any) string {
+		return buildIPVS(t, ipvsGoldenCfg(), f, objs...).Dump()
+	})
 }
 
 // vsOf finds a virtual server of a plan by its ipvsadm spelling ("TCP 10.96.0.10:80").

@@ -142,14 +142,14 @@ func TestFlowAffinityPinsClient(t *testing.T) {
 	for _, choice := range []uint32{0, 2} {
 		tr.Choose = func(uint32) uint32 { return choice }
 		if got := tr.Trace(first); got.Result != pt.Ep2 {
-			t.Errorf("pinned pt.Client with choice %d went to %v\n%s", choice, got, strings.Join(got.Matched, "\n"))
+			t.Errorf("pinned client with choice %d went to %v\n%s", choice, got, strings.Join(got.Matched, "\n"))
 		}
 	}
 	if got := tr.Results(first); !cmp.Equal(got, pt.All(pt.Ep2)) {
-		t.Errorf("pinned pt.Client can reach %v", got)
+		t.Errorf("pinned client can reach %v", got)
 	}
 	if got := tr.Results(pt.Pkt("10.200.1.3", "10.96.0.10", 80)); !cmp.Equal(got, pt.All(pt.Ep1, pt.Ep2, pt.Ep3)) {
-		t.Errorf("another pt.Client is pinned too: %v", got)
+		t.Errorf("another client is pinned too: %v", got)
 	}
 }
 

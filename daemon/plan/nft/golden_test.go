@@ -1,47 +1,17 @@
 package nft_test
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current plans")
-
-// Golden dumps of whole plans, so a layout change shows up as a readable diff. The
-// packet-flow tests say whether traffic still goes where it should; these say what the
-// kernel is given. The fixtures are plantest.GoldenFixtures.
+// TestGoldenDumps keeps testdata/*.golden: the nftables plans of plantest.GoldenFixtures.
 func TestGoldenDumps(t *testing.T) {
 	cfg := plan.Config{NodeName: "gw"}
-	for name, objs := range pt.GoldenFixtures() {
-		for _, f := range []model.Family{model.IPv4, model.IPv6} {
-			if f == model.IPv6 && name != "web" {
-				continue // the other fixtures are IPv4 only; TestFlowDualStack covers that
-			}
-			file := filepath.Join("testdata", name+"-"+f.String()+".golden")
-			t.Run(filepath.Base(file), func(t *testing.T) {
-				got := build(t, cfg, f, objs...).Dump()
-				if *update {
-					if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(file)
-				if err != nil {
-					t.Fatalf("%v (run go test ./daemon/plan/nft -update to create it)", err)
-				}
-				if d := cmp.Diff(string(want), got); d != "" {
-					t.Errorf("plan differs from %s (-want +got); if intended, run go test ./daemon/plan/nft -update:\n%s", file, d)
-				}
-			})
-		}
-	}
+	pt.GoldenDumps(t, pt.GoldenFixtures(), func(t *testing.T, f model.Family, objs ...any) string {
+		return build(t, cfg, f, objs...).Dump()
+	})
 }

@@ -1,8 +1,15 @@
 package plantest
 
 import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 )
 
@@ -48,5 +55,38 @@ func GoldenFixtures() map[string][]any {
 		"local": {local, localEPs},
 		"empty": {empty},
 		"dns":   {dns, dnsEPs},
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current plans")
+
+// GoldenDumps keeps testdata/<fixture>-<family>.golden: the dump of each fixture's plan,
+// in IPv4 and, for "web", IPv6 (the other fixtures are IPv4 only), so a layout change shows
+// up as a readable diff. The packet-flow tests say whether traffic still goes where it
+// should; these say what the kernel is given. go test's -update flag rewrites them.
+func GoldenDumps(t *testing.T, fixtures map[string][]any, dump func(t *testing.T, f model.Family, objs ...any) string) {
+	for name, objs := range fixtures {
+		for _, f := range []model.Family{model.IPv4, model.IPv6} {
+			if f == model.IPv6 && name != "web" {
+				continue
+			}
+			file := filepath.Join("testdata", name+"-"+f.String()+".golden")
+			t.Run(filepath.Base(file), func(t *testing.T) {
+				got := dump(t, f, objs...)
+				if *update {
+					if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatalf("%v (run go test with -update to create it)", err)
+				}
+				if d := cmp.Diff(string(want), got); d != "" {
+					t.Errorf("plan differs from %s (-want +got); if intended, run go test with -update:\n%s", file, d)
+				}
+			})
+		}
 	}
 }

@@ -34,7 +34,7 @@ import (
 // iptStep is one built-in chain of the walk.
 type iptStep struct{ table, chain string }
 
-// iptTracer runs packets through one family's iptables plan. The state of -m recent (the
+// IPTTracer runs packets through one family's iptables plan. The state of -m recent (the
 // sources each name has seen) is kept across traces, as the kernel keeps it across
 // connections; no time passes, so no entry expires.
 type IPTTracer struct {
@@ -52,6 +52,7 @@ type IPTTracer struct {
 	fail func(format string, args ...any)
 }
 
+// NewIPTTracer returns a tracer over p for a node with the addresses local.
 func NewIPTTracer(t testing.TB, p *ipt.Tables, local ...string) *IPTTracer {
 	tr := &IPTTracer{t: t, plan: p, recent: map[string]map[netip.Addr]bool{}}
 	for _, a := range local {
@@ -93,7 +94,7 @@ type iptRun struct {
 	depth   int
 }
 
-// trace runs one packet and keeps the recent-match state it creates.
+// Trace runs one packet and keeps the recent-match state it creates.
 func (tr *IPTTracer) Trace(p Packet) Outcome {
 	tr.t.Helper()
 	choose := tr.Choose
@@ -103,7 +104,7 @@ func (tr *IPTTracer) Trace(p Packet) Outcome {
 	return tr.walk(p, choose, tr.recent).Outcome
 }
 
-// paths runs the packet once for every combination of statistic decisions, each from the
+// Paths runs the packet once for every combination of statistic decisions, each from the
 // current recent-match state and without changing it, and returns every walk with its
 // probability. The probabilities add up to 1 exactly when every walk was found, which
 // guards the enumeration itself.
@@ -129,12 +130,12 @@ func (tr *IPTTracer) Paths(p Packet) []IPTPath {
 		total += w.Prob
 	}
 	if math.Abs(total-1) > 1e-9 {
-		tr.fail("NFTTracer: the walks of %v add up to probability %v, not 1", p, total)
+		tr.fail("tracer: the walks of %v add up to probability %v, not 1", p, total)
 	}
 	return out
 }
 
-// all returns the outcomes of every walk of paths(p).
+// All returns the outcomes of every walk of Paths(p).
 func (tr *IPTTracer) All(p Packet) []Outcome {
 	tr.t.Helper()
 	var out []Outcome
@@ -144,16 +145,11 @@ func (tr *IPTTracer) All(p Packet) []Outcome {
 	return out
 }
 
-// results lists the distinct results of paths(p), sorted, with a masquerade marker, as the
+// Results lists the distinct results of paths(p), sorted, with a masquerade marker, as the
 // nftables tracer's results does.
 func (tr *IPTTracer) Results(p Packet) []string {
 	tr.t.Helper()
-	var out []string
-	for _, o := range tr.All(p) {
-		out = append(out, o.String())
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return distinct(tr.All(p))
 }
 
 func cloneRecent(r map[string]map[netip.Addr]bool) map[string]map[netip.Addr]bool {
@@ -223,11 +219,11 @@ func (tr *IPTTracer) checkBuiltins() {
 	tr.t.Helper()
 	for _, t := range tr.plan.Tables {
 		if t.Name != "nat" && t.Name != "filter" {
-			tr.fail("NFTTracer: table %q is not walked", t.Name)
+			tr.fail("tracer: table %q is not walked", t.Name)
 		}
 		for chain := range t.Builtin {
 			if !slices.Contains(ipt.BuiltinChains(t.Name), chain) {
-				tr.fail("NFTTracer: %s has rules for built-in chain %q, which it does not have", t.Name, chain)
+				tr.fail("tracer: %s has rules for built-in chain %q, which it does not have", t.Name, chain)
 			}
 		}
 	}
@@ -253,16 +249,16 @@ func (r *iptRun) builtin(s iptStep) ending {
 func (r *iptRun) chain(t *ipt.Table, name string) ending {
 	r.tr.t.Helper()
 	if slices.Contains(ipt.BuiltinChains(t.Name), name) {
-		r.tr.fail("NFTTracer: -j %s: a jump to a built-in chain", name)
+		r.tr.fail("tracer: -j %s: a jump to a built-in chain", name)
 	}
 	c := t.Chain(name)
 	if c == nil {
-		r.tr.fail("NFTTracer: -j %s: no such chain in table %s", name, t.Name)
+		r.tr.fail("tracer: -j %s: no such chain in table %s", name, t.Name)
 	}
 	r.depth++
 	defer func() { r.depth-- }()
 	if r.depth > 32 {
-		r.tr.fail("NFTTracer: chain nesting deeper than 32 at %s (a loop?)", name)
+		r.tr.fail("tracer: chain nesting deeper than 32 at %s (a loop?)", name)
 	}
 	return r.rules(t, name, c.Rules)
 }
@@ -291,7 +287,7 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 	fam := r.tr.plan.Family
 	for _, pfx := range []netip.Prefix{rule.Src, rule.Dst} {
 		if pfx.IsValid() && model.FamilyOf(pfx.Addr()) != fam {
-			r.tr.fail("NFTTracer: %s: address %s in an %v plan", chain, pfx, fam)
+			r.tr.fail("tracer: %s: address %s in an %v plan", chain, pfx, fam)
 		}
 	}
 	if rule.Src.IsValid() && rule.Src.Contains(r.p.src) == rule.SrcNot {
@@ -309,7 +305,7 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 		case ipt.DPort:
 			if m.Proto != rule.Proto {
 				// iptables refuses -m tcp without -p tcp.
-				r.tr.fail("NFTTracer: %s: -m %s in a rule for protocol %d", chain, plan.ProtoName(m.Proto), rule.Proto)
+				r.tr.fail("tracer: %s: -m %s in a rule for protocol %d", chain, plan.ProtoName(m.Proto), rule.Proto)
 			}
 			if m.Port != 0 && m.Port != r.dport() {
 				return false
@@ -332,7 +328,7 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 			}
 		case ipt.Statistic:
 			if !(m.Probability > 0 && m.Probability < 1) {
-				r.tr.fail("NFTTracer: %s: statistic probability %v: a rule that always or never matches", chain, m.Probability)
+				r.tr.fail("tracer: %s: statistic probability %v: a rule that always or never matches", chain, m.Probability)
 			}
 			i := r.nstat
 			r.nstat++
@@ -344,7 +340,7 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 			r.prob *= kernel
 		case ipt.Recent:
 			if m.Name == "" {
-				r.tr.fail("NFTTracer: %s: recent match without a name", chain)
+				r.tr.fail("tracer: %s: recent match without a name", chain)
 			}
 			if m.Set {
 				if r.recent[m.Name] == nil {
@@ -354,13 +350,13 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 				continue
 			}
 			if m.Seconds == 0 {
-				r.tr.fail("NFTTracer: %s: recent --rcheck %s without --seconds never forgets a client", chain, m.Name)
+				r.tr.fail("tracer: %s: recent --rcheck %s without --seconds never forgets a client", chain, m.Name)
 			}
 			if !r.recent[m.Name][r.p.src] {
 				return false
 			}
 		default:
-			r.tr.fail("NFTTracer: %s: match %T in %q is unknown to the NFTTracer; teach it", chain, m, rule.Save(fam))
+			r.tr.fail("tracer: %s: match %T in %q is unknown to the tracer; teach it", chain, m, rule.Save(fam))
 		}
 	}
 	return true
@@ -370,11 +366,11 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 func (r *iptRun) ctNew(chain string, states []string) bool {
 	r.tr.t.Helper()
 	if len(states) == 0 {
-		r.tr.fail("NFTTracer: %s: --ctstate without states", chain)
+		r.tr.fail("tracer: %s: --ctstate without states", chain)
 	}
 	for _, s := range states {
 		if !slices.Contains([]string{"NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED"}, s) {
-			r.tr.fail("NFTTracer: %s: conntrack state %q is unknown to the NFTTracer", chain, s)
+			r.tr.fail("tracer: %s: conntrack state %q is unknown to the tracer", chain, s)
 		}
 	}
 	return slices.Contains(states, "NEW")
@@ -398,32 +394,32 @@ func (r *iptRun) target(t *ipt.Table, chain string, rule ipt.Rule) (f ending, do
 			return endContinue, true
 		case "DROP":
 			if t.Name == "nat" {
-				r.tr.fail("NFTTracer: %s: DROP in the nat table, which iptables refuses", chain)
+				r.tr.fail("tracer: %s: DROP in the nat table, which iptables refuses", chain)
 			}
 			return endDrop, true
 		}
-		r.tr.fail("NFTTracer: %s: verdict %q is unknown to the NFTTracer", chain, tg.Verdict)
+		r.tr.fail("tracer: %s: verdict %q is unknown to the tracer", chain, tg.Verdict)
 	case ipt.RejectTarget:
 		if t.Name != "filter" {
-			r.tr.fail("NFTTracer: %s: REJECT in the %s table, which iptables refuses", chain, t.Name)
+			r.tr.fail("tracer: %s: REJECT in the %s table, which iptables refuses", chain, t.Name)
 		}
 		r.checkReject(chain, rule, tg)
 		return endReject, true
 	case ipt.DNATTarget:
 		if t.Name != "nat" || (r.step.chain != "PREROUTING" && r.step.chain != "OUTPUT") {
-			r.tr.fail("NFTTracer: %s: DNAT reached from %s %s", chain, r.step.table, r.step.chain)
+			r.tr.fail("tracer: %s: DNAT reached from %s %s", chain, r.step.table, r.step.chain)
 		}
 		if model.FamilyOf(tg.To.Addr()) != fam {
-			r.tr.fail("NFTTracer: %s: DNAT to %s in an %v plan", chain, tg.To, fam)
+			r.tr.fail("tracer: %s: DNAT to %s in an %v plan", chain, tg.To, fam)
 		}
 		if rule.Proto == 0 && tg.To.Port() != 0 {
-			r.tr.fail("NFTTracer: %s: DNAT to a port without -p, which iptables refuses", chain)
+			r.tr.fail("tracer: %s: DNAT to a port without -p, which iptables refuses", chain)
 		}
 		r.dnat = tg.To
 		return endAccept, true
 	case ipt.MasqueradeTarget:
 		if t.Name != "nat" || r.step.chain != "POSTROUTING" {
-			r.tr.fail("NFTTracer: %s: MASQUERADE reached from %s %s", chain, r.step.table, r.step.chain)
+			r.tr.fail("tracer: %s: MASQUERADE reached from %s %s", chain, r.step.table, r.step.chain)
 		}
 		r.masq = true
 		return endAccept, true
@@ -435,7 +431,7 @@ func (r *iptRun) target(t *ipt.Table, chain string, rule ipt.Rule) (f ending, do
 		}
 		return endContinue, false
 	default:
-		r.tr.fail("NFTTracer: %s: target %T in %q is unknown to the NFTTracer; teach it", chain, tg, rule.Save(fam))
+		r.tr.fail("tracer: %s: target %T in %q is unknown to the tracer; teach it", chain, tg, rule.Save(fam))
 	}
 	return endContinue, true
 }
@@ -451,6 +447,6 @@ func (r *iptRun) checkReject(chain string, rule ipt.Rule, tg ipt.RejectTarget) {
 	case tg.With == want:
 	case tg.With == "tcp-reset" && rule.Proto == 6:
 	default:
-		r.tr.fail("NFTTracer: %s: REJECT --reject-with %s in an %v rule for protocol %d", chain, tg.With, r.tr.plan.Family, rule.Proto)
+		r.tr.fail("tracer: %s: REJECT --reject-with %s in an %v rule for protocol %d", chain, tg.With, r.tr.plan.Family, rule.Proto)
 	}
 }

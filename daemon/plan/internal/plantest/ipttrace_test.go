@@ -1,7 +1,6 @@
 package plantest
 
 import (
-	"fmt"
 	"math"
 	"net/netip"
 	"slices"
@@ -98,7 +97,7 @@ func TestIPTTracerRefusesUnknownTypes(t *testing.T) {
 			iptChainOf(p, "nat", "EG-A").Rules = []ipt.Rule{rule}
 			tr := NewIPTTracer(t, p)
 			if msg := iptTraceFailure(tr, Pkt("1.1.1.1", "2.2.2.2", 80)); !strings.Contains(msg, name) {
-				t.Errorf("NFTTracer accepted an unknown type: %q", msg)
+				t.Errorf("tracer accepted an unknown type: %q", msg)
 			}
 		})
 	}
@@ -147,7 +146,7 @@ func TestIPTTracerRefusesBrokenPlans(t *testing.T) {
 				}
 			}
 			if msg == "" {
-				t.Errorf("NFTTracer accepted a broken plan")
+				t.Errorf("tracer accepted a broken plan")
 			} else {
 				t.Logf("refused: %s", msg)
 			}
@@ -156,23 +155,12 @@ func TestIPTTracerRefusesBrokenPlans(t *testing.T) {
 }
 
 // iptTraceFailure traces p and returns the tracer's failure, or "".
-func iptTraceFailure(tr *IPTTracer, p Packet) (msg string) {
-	tr.fail = func(format string, args ...any) { panic(failure(fmt.Sprintf(format, args...))) }
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(failure)
-			if !ok {
-				panic(r)
-			}
-			msg = string(f)
-		}
-	}()
-	tr.Paths(p)
-	return ""
+func iptTraceFailure(tr *IPTTracer, p Packet) string {
+	return failureOf(&tr.fail, func() { tr.Paths(p) })
 }
 
 // spreadIPT is tinyIPT with EG-A choosing among three endpoints as kube-proxy does, with
-// affinity: a Client seen by an endpoint's recent list goes back to it.
+// affinity: a client seen by an endpoint's recent list goes back to it.
 func spreadIPT() *ipt.Tables {
 	p := tinyIPT()
 	eps := []string{"10.0.0.21:80", "10.0.0.22:80", "10.0.0.23:80"}
@@ -231,9 +219,9 @@ func TestIPTTracerRecentState(t *testing.T) {
 	}
 	tr.Choose = nil
 	if got := tr.Results(first); !slices.Equal(got, []string{"10.0.0.22:80"}) {
-		t.Errorf("pinned Client can reach %v", got)
+		t.Errorf("pinned client can reach %v", got)
 	}
 	if got := tr.Results(Pkt("1.1.1.2", "2.2.2.2", 80)); len(got) != 3 {
-		t.Errorf("another Client is pinned too: %v", got)
+		t.Errorf("another client is pinned too: %v", got)
 	}
 }

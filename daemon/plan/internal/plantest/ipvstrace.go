@@ -31,12 +31,14 @@ const (
 	ipvsLocalOutPrio = -98
 )
 
+// IPVSTracer runs packets through one family's IPVS plan.
 type IPVSTracer struct {
 	t    testing.TB
 	plan *ipvs.Plan
 	aux  *NFTTracer
 }
 
+// NewIPVSTracer returns a tracer over p for a node with the addresses local.
 func NewIPVSTracer(t testing.TB, p *ipvs.Plan, local ...string) *IPVSTracer {
 	aux := NewNFTTracer(t, p.Aux, local...)
 	// The dummy interface's addresses are local too: that is how traffic to a VIP reaches
@@ -45,19 +47,14 @@ func NewIPVSTracer(t testing.TB, p *ipvs.Plan, local ...string) *IPVSTracer {
 	return &IPVSTracer{t: t, plan: p, aux: aux}
 }
 
-// results lists the distinct results over every weighted real server, sorted, with the
-// masquerade marker, as tracer.results does for numgen choices.
+// Results lists the distinct results over every weighted real server, sorted, with the
+// masquerade marker, as NFTTracer.Results does for numgen choices.
 func (it *IPVSTracer) Results(p Packet) []string {
 	it.t.Helper()
-	var out []string
-	for _, o := range it.All(p) {
-		out = append(out, o.String())
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return distinct(it.All(p))
 }
 
-// all returns one outcome per weighted real server (or the single outcome of a packet
+// All returns one outcome per weighted real server (or the single outcome of a packet
 // that IPVS does not schedule).
 func (it *IPVSTracer) All(p Packet) []Outcome {
 	it.t.Helper()

@@ -19,7 +19,7 @@ import (
 // rules are laid out. A statement type the tracer does not know fails the test: a new
 // statement must be taught to it before a plan may use it.
 
-// packet is the first packet of a new connection.
+// Packet is the first packet of a new connection.
 type Packet struct {
 	src, dst netip.Addr
 	proto    model.Protocol
@@ -29,7 +29,7 @@ type Packet struct {
 	fromNode bool
 }
 
-// pkt builds a packet from outside; proto defaults to TCP.
+// Pkt builds a packet from outside; proto defaults to TCP.
 func Pkt(src, dst string, dport uint16) Packet {
 	return Packet{src: netip.MustParseAddr(src), dst: netip.MustParseAddr(dst), proto: model.TCP, dport: dport}
 }
@@ -52,7 +52,7 @@ const (
 	Drop   = "DROP"
 )
 
-// outcome is what happened to a packet: "ACCEPT", "REJECT", "DROP", or the endpoint it was
+// Outcome is what happened to a packet: "ACCEPT", "REJECT", "DROP", or the endpoint it was
 // DNATed to ("10.0.0.1:80", "[fd00::1]:80"), and whether it was masqueraded.
 type Outcome struct {
 	Result string
@@ -68,7 +68,7 @@ func (o Outcome) String() string {
 	return o.Result
 }
 
-// tracer runs packets through one table. Its affinity state (the contents of dynamic
+// NFTTracer runs packets through one table. Its affinity state (the contents of dynamic
 // sets) is kept across traces, as the kernel keeps it across connections.
 type NFTTracer struct {
 	t     testing.TB
@@ -84,6 +84,7 @@ type NFTTracer struct {
 	fail func(format string, args ...any)
 }
 
+// NewNFTTracer returns a tracer over table for a node with the addresses local.
 func NewNFTTracer(t testing.TB, table *nft.Table, local ...string) *NFTTracer {
 	tr := &NFTTracer{t: t, table: table, dynamic: map[string]map[netip.Addr]bool{}}
 	for _, a := range local {
@@ -142,7 +143,7 @@ func EndpointChoice(k int) func(uint32) uint32 {
 	}
 }
 
-// trace runs one packet and keeps the affinity state it creates.
+// Trace runs one packet and keeps the affinity state it creates.
 func (tr *NFTTracer) Trace(p Packet) Outcome {
 	tr.t.Helper()
 	choose := tr.Choose
@@ -152,7 +153,7 @@ func (tr *NFTTracer) Trace(p Packet) Outcome {
 	return tr.walk(p, choose, tr.dynamic)
 }
 
-// all runs the packet once for every combination of numgen choices, each from the current
+// All runs the packet once for every combination of numgen choices, each from the current
 // affinity state and without changing it, and returns every outcome in choice order.
 func (tr *NFTTracer) All(p Packet) []Outcome {
 	tr.t.Helper()
@@ -181,15 +182,10 @@ func (tr *NFTTracer) All(p Packet) []Outcome {
 	return out
 }
 
-// results lists the distinct results of all(p), sorted, with a masquerade marker.
+// Results lists the distinct results of All(p), sorted, with a masquerade marker.
 func (tr *NFTTracer) Results(p Packet) []string {
 	tr.t.Helper()
-	var out []string
-	for _, o := range tr.All(p) {
-		out = append(out, o.String())
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return distinct(tr.All(p))
 }
 
 func cloneDynamic(d map[string]map[netip.Addr]bool) map[string]map[netip.Addr]bool {
@@ -266,7 +262,7 @@ func (tr *NFTTracer) checkBaseChains() {
 			continue
 		}
 		if !slices.Contains(knownHooks, c.Hook.Hook) || (c.Hook.Type != "filter" && c.Hook.Type != "nat") {
-			tr.fail("NFTTracer: base chain %s has hook %+v the NFTTracer does not walk", c.Name, *c.Hook)
+			tr.fail("tracer: base chain %s has hook %+v the tracer does not walk", c.Name, *c.Hook)
 		}
 	}
 }
@@ -305,7 +301,7 @@ func (r *run) chain(c *nft.Chain) ending {
 	r.depth++
 	defer func() { r.depth-- }()
 	if r.depth > 32 {
-		r.tr.fail("NFTTracer: chain nesting deeper than 32 at %s (a loop?)", c.Name)
+		r.tr.fail("tracer: chain nesting deeper than 32 at %s (a loop?)", c.Name)
 	}
 	for _, rule := range c.Rules {
 		if f, done := r.rule(c, rule); done {
@@ -371,13 +367,13 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 			r.mark ^= s.Bit
 		case nft.Counter:
 			if s.Name == "" || len(s.Name) > nft.MaxComment {
-				r.tr.fail("NFTTracer: %s: counter named %q: no comment the dashboard can find", c.Name, s.Name)
+				r.tr.fail("tracer: %s: counter named %q: no comment the dashboard can find", c.Name, s.Name)
 			}
 			r.counted = append(r.counted, s.Name)
 		case nft.UpdateSource:
 			set := r.set(s.Set)
 			if !set.Dynamic || set.Key != nft.KeyAddr {
-				r.tr.fail("NFTTracer: %s: update of set %q, which is not a dynamic address set", c.Name, s.Set)
+				r.tr.fail("tracer: %s: update of set %q, which is not a dynamic address set", c.Name, s.Set)
 			}
 			if r.dynamic[s.Set] == nil {
 				r.dynamic[s.Set] = map[netip.Addr]bool{}
@@ -386,7 +382,7 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 		case nft.VMap:
 			m := r.set(s.Map)
 			if !m.Map || m.Key != s.Key {
-				r.tr.fail("NFTTracer: %s: vmap over %q, which is not a map keyed like %v", c.Name, s.Map, s.Key)
+				r.tr.fail("tracer: %s: vmap over %q, which is not a map keyed like %v", c.Name, s.Map, s.Key)
 			}
 			v, ok := r.lookup(m)
 			if !ok {
@@ -397,36 +393,36 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 		case nft.Numgen:
 			m := r.set(s.Map)
 			if !m.Map || m.Key != nft.KeyIndex {
-				r.tr.fail("NFTTracer: %s: numgen over %q, which is not an index map", c.Name, s.Map)
+				r.tr.fail("tracer: %s: numgen over %q, which is not an index map", c.Name, s.Map)
 			}
 			i := r.choose(s.Mod)
 			if i >= s.Mod {
-				r.tr.fail("NFTTracer: chooser returned %d for numgen mod %d", i, s.Mod)
+				r.tr.fail("tracer: chooser returned %d for numgen mod %d", i, s.Mod)
 			}
 			v, ok := lookupIndex(m, i)
 			if !ok {
 				// The kernel would let the packet fall through unbalanced: a plan bug.
-				r.tr.fail("NFTTracer: %s: numgen mod %d picked %d, which map %q lacks", c.Name, s.Mod, i, s.Map)
+				r.tr.fail("tracer: %s: numgen mod %d picked %d, which map %q lacks", c.Name, s.Mod, i, s.Map)
 			}
 			fired()
 			return r.verdict(v)
 		case nft.Pick:
 			i := r.choose(s.Mod)
 			if i >= s.Mod {
-				r.tr.fail("NFTTracer: chooser returned %d for numgen mod %d", i, s.Mod)
+				r.tr.fail("tracer: chooser returned %d for numgen mod %d", i, s.Mod)
 			}
 			if i != 0 {
 				return endContinue, false
 			}
 		case nft.DNAT:
 			if r.hook.Type != "nat" || (r.hook.Hook != "prerouting" && r.hook.Hook != "output") {
-				r.tr.fail("NFTTracer: %s: dnat in a %s %s chain", c.Name, r.hook.Type, r.hook.Hook)
+				r.tr.fail("tracer: %s: dnat in a %s %s chain", c.Name, r.hook.Type, r.hook.Hook)
 			}
 			if s.Proto != r.p.proto.Number() {
 				return endContinue, false
 			}
 			if model.FamilyOf(s.To.Addr()) != fam {
-				r.tr.fail("NFTTracer: %s: dnat to %s in a %v table", c.Name, s.To, fam)
+				r.tr.fail("tracer: %s: dnat to %s in a %v table", c.Name, s.To, fam)
 			}
 			// The dashboard counts an endpoint's connections by its counter's name: the
 			// last endpoint counter the packet passed must be this endpoint's.
@@ -434,14 +430,14 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 			ep := lastEndpointCounter(r.counted)
 			planned := strings.HasPrefix(c.Name, "service-") || strings.HasPrefix(c.Name, "local-") || strings.HasPrefix(c.Name, "endpoint-")
 			if (ep != "" || planned) && !strings.HasSuffix(ep, fmt.Sprintf("__%s/%d", s.To.Addr(), s.To.Port())) {
-				r.tr.fail("NFTTracer: %s: dnat to %s counted by %q, not by that endpoint's counter", c.Name, s.To, ep)
+				r.tr.fail("tracer: %s: dnat to %s counted by %q, not by that endpoint's counter", c.Name, s.To, ep)
 			}
 			fired()
 			r.dnat = s.To
 			return endAccept, true
 		case nft.Masquerade:
 			if r.hook.Type != "nat" || r.hook.Hook != "postrouting" {
-				r.tr.fail("NFTTracer: %s: masquerade in a %s %s chain", c.Name, r.hook.Type, r.hook.Hook)
+				r.tr.fail("tracer: %s: masquerade in a %s %s chain", c.Name, r.hook.Type, r.hook.Hook)
 			}
 			fired()
 			r.masq = true
@@ -451,7 +447,7 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 				return endContinue, false
 			}
 			if r.hook.Type != "filter" {
-				r.tr.fail("NFTTracer: %s: reject in a %s chain", c.Name, r.hook.Type)
+				r.tr.fail("tracer: %s: reject in a %s chain", c.Name, r.hook.Type)
 			}
 			fired()
 			return endReject, true
@@ -459,7 +455,7 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 			fired()
 			return r.verdict(s.Verdict)
 		default:
-			r.tr.fail("NFTTracer: %s: statement %T (%q) is unknown to the NFTTracer; teach it", c.Name, s, nft.Rule{s}.String(fam))
+			r.tr.fail("tracer: %s: statement %T (%q) is unknown to the tracer; teach it", c.Name, s, nft.Rule{s}.String(fam))
 		}
 	}
 	fired()
@@ -479,10 +475,10 @@ func (r *run) verdict(v nft.Verdict) (ending, bool) {
 	case nft.VerdictJump, nft.VerdictGoto:
 		target := r.tr.table.Chains[v.Chain]
 		if target == nil {
-			r.tr.fail("NFTTracer: %s to missing chain %q", v, v.Chain)
+			r.tr.fail("tracer: %s to missing chain %q", v, v.Chain)
 		}
 		if target.Hook != nil {
-			r.tr.fail("NFTTracer: %s to base chain %q", v, v.Chain)
+			r.tr.fail("tracer: %s to base chain %q", v, v.Chain)
 		}
 		f := r.chain(target)
 		if v.Kind == nft.VerdictJump && f == endContinue {
@@ -490,7 +486,7 @@ func (r *run) verdict(v nft.Verdict) (ending, bool) {
 		}
 		return f, true
 	}
-	r.tr.fail("NFTTracer: verdict kind %d is unknown to the NFTTracer", v.Kind)
+	r.tr.fail("tracer: verdict kind %d is unknown to the tracer", v.Kind)
 	return endContinue, true
 }
 
@@ -498,7 +494,7 @@ func (r *run) set(name string) *nft.Set {
 	r.tr.t.Helper()
 	s := r.tr.table.Sets[name]
 	if s == nil {
-		r.tr.fail("NFTTracer: missing set %q", name)
+		r.tr.fail("tracer: missing set %q", name)
 	}
 	return s
 }
@@ -507,7 +503,7 @@ func (r *run) set(name string) *nft.Set {
 func (r *run) inSet(name string, a netip.Addr) bool {
 	s := r.set(name)
 	if s.Key != nft.KeyAddr || s.Map {
-		r.tr.fail("NFTTracer: address lookup in %q, which is not an address set", name)
+		r.tr.fail("tracer: address lookup in %q, which is not an address set", name)
 	}
 	if r.dynamic[name][a] {
 		return true
@@ -519,10 +515,10 @@ func (r *run) inSet(name string, a netip.Addr) bool {
 func (r *run) inKeySet(m nft.MatchKeySet) bool {
 	s := r.set(m.Set)
 	if s.Map || s.Key != m.Key {
-		r.tr.fail("NFTTracer: %q: lookup in %q, a set of another key", nft.Rule{m}.String(r.tr.table.Family), m.Set)
+		r.tr.fail("tracer: %q: lookup in %q, a set of another key", nft.Rule{m}.String(r.tr.table.Family), m.Set)
 	}
 	if m.Key != nft.KeyHairpin {
-		r.tr.fail("NFTTracer: lookups of key kind %d are unknown to the NFTTracer; teach it", m.Key)
+		r.tr.fail("tracer: lookups of key kind %d are unknown to the tracer; teach it", m.Key)
 	}
 	src := r.p.src
 	return src == r.dst() && slices.ContainsFunc(s.Elems, func(e nft.Elem) bool { return e.Key.Addr == src })
@@ -542,7 +538,7 @@ func (r *run) lookup(m *nft.Set) (nft.Verdict, bool) {
 		case nft.KeyProtoPort:
 			hit = k.Proto == want.Proto && k.Port == want.Port
 		default:
-			r.tr.fail("NFTTracer: Packet lookup in index map %q", m.Name)
+			r.tr.fail("tracer: packet lookup in index map %q", m.Name)
 		}
 		if hit {
 			return e.Verdict, true

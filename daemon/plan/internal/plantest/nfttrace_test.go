@@ -22,11 +22,9 @@ type unknownStmt struct{ nft.Stmt }
 // failure is what a tracer's fail panics with in the tracer's own tests.
 type failure string
 
-func catchFailure(tr *NFTTracer) {
-	tr.fail = func(format string, args ...any) { panic(failure(fmt.Sprintf(format, args...))) }
-}
-
-func traceFailure(tr *NFTTracer, p Packet) (msg string) {
+// failureOf makes *fail panic with a failure, runs run and returns the failure, or "".
+func failureOf(fail *func(string, ...any), run func()) (msg string) {
+	*fail = func(format string, args ...any) { panic(failure(fmt.Sprintf(format, args...))) }
 	defer func() {
 		if r := recover(); r != nil {
 			f, ok := r.(failure)
@@ -36,8 +34,13 @@ func traceFailure(tr *NFTTracer, p Packet) (msg string) {
 			msg = string(f)
 		}
 	}()
-	tr.Trace(p)
+	run()
 	return ""
+}
+
+// traceFailure traces p and returns the tracer's failure, or "".
+func traceFailure(tr *NFTTracer, p Packet) string {
+	return failureOf(&tr.fail, func() { tr.Trace(p) })
 }
 
 // tinyTable is a hand-made table: nat-prerouting jumps to a, which gotos b, which returns;
@@ -67,9 +70,8 @@ func TestTracerRefusesUnknownStatements(t *testing.T) {
 	tab := tinyTable()
 	tab.Chains["a"].Rules = []nft.Rule{{unknownStmt{nft.Counter{Name: "frobnicate"}}}}
 	tr := NewNFTTracer(t, tab)
-	catchFailure(tr)
 	if msg := traceFailure(tr, Pkt("1.1.1.1", "2.2.2.2", 80)); !strings.Contains(msg, "unknownStmt") {
-		t.Errorf("NFTTracer accepted an unknown statement: %q", msg)
+		t.Errorf("tracer accepted an unknown statement: %q", msg)
 	}
 }
 
@@ -91,10 +93,9 @@ func TestTracerRefusesBrokenPlans(t *testing.T) {
 			tab := tinyTable()
 			breakIt(tab)
 			tr := NewNFTTracer(t, tab)
-			catchFailure(tr)
 			tr.Choose = func(mod uint32) uint32 { return mod - 1 }
 			if msg := traceFailure(tr, Pkt("1.1.1.1", "2.2.2.2", 80)); msg == "" {
-				t.Errorf("NFTTracer accepted a broken plan")
+				t.Errorf("tracer accepted a broken plan")
 			} else {
 				t.Logf("refused: %s", msg)
 			}

@@ -5,6 +5,7 @@
 package plantest
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -24,4 +25,14 @@ func Trails(os []Outcome) string {
 		b.WriteString(o.String() + ":\n\t" + strings.Join(o.Matched, "\n\t") + "\n")
 	}
 	return b.String()
+}
+
+// distinct lists the distinct results of outcomes, sorted, with the masquerade marker.
+func distinct(os []Outcome) []string {
+	var out []string
+	for _, o := range os {
+		out = append(out, o.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
