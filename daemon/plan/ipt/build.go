@@ -75,12 +75,12 @@ func host(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
 
 func newState() Match { return CtState{States: []string{"NEW"}} }
 
-// IPT builds the iptables plan of one family from a Snapshot.
+// Build builds the iptables plan of one family from a Snapshot.
 func Build(snap *model.Snapshot, f model.Family, cfg plan.Config) *Tables {
 	return New(f).Plan(snap, cfg)
 }
 
-// Planner plans one family's iptables tables as IPT does, but reuses what it planned for
+// Planner plans one family's iptables tables as Build does, but reuses what it planned for
 // each service port that has not changed since its last plan: the tracker hands out the
 // same *ServicePort for an unchanged port. A service port's part of the plan is its own
 // chains (SVC, SVL, EXT, FW, SEP, in nat: only its rules jump to them) and the rules it adds

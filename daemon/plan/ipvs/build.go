@@ -16,7 +16,7 @@ import (
 // before IPVS schedules a connection. The output filter uses nft.PrioFilterPreDNAT (-110).
 const prioInput = 0
 
-// IPVS builds IPVS mode's plan of one family from a Snapshot: a virtual server per
+// Build builds IPVS mode's plan of one family from a Snapshot: a virtual server per
 // (address, protocol, port) of every cluster IP, external IP, ipMode VIP LoadBalancer IP
 // and node port on each node-port address, with the real servers the service's policy
 // allows, and the auxiliary nftables rules IPVS itself cannot express (masquerade, source

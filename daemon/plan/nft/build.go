@@ -45,7 +45,7 @@ const (
 	PrioPostDNAT      = -90
 )
 
-// NFT builds the nftables plan of one family from a Snapshot.
+// Build builds the nftables plan of one family from a Snapshot.
 func Build(snap *model.Snapshot, f model.Family, cfg plan.Config) *Table {
 	t := newTable(f)
 	t.base(cfg)
@@ -62,17 +62,19 @@ func Build(snap *model.Snapshot, f model.Family, cfg plan.Config) *Table {
 // the sets together.
 func (t *Table) planned() { t.owners = nil }
 
+// AddChain adds a chain; hook makes it a base chain.
 func (t *Table) AddChain(name string, hook *Hook, rules ...Rule) *Chain {
 	c := &Chain{Name: name, Hook: hook, Rules: rules, Dispatch: t.owner}
 	t.Chains[name] = c
 	return c
 }
 
+// AddSet declares a set, or a verdict map when isMap.
 func (t *Table) AddSet(name string, key KeyKind, isMap bool) {
 	t.Sets[name] = &Set{Name: name, Key: key, Map: isMap}
 }
 
-// elem adds a set or map element. Two services claiming the same key (the same IP and port,
+// AddElem adds a set or map element. Two services claiming the same key (the same IP and port,
 // or the same node port) would make the kernel refuse the whole batch; the first service in
 // sorted order keeps the key and the clash is reported in Conflicts.
 func (t *Table) AddElem(set string, k Key, v Verdict, owner model.ServicePortName) {
@@ -135,8 +137,10 @@ func (t *Table) AddDispatchMaps() {
 	t.AddSet(MapFirewallIPs, KeyAddrProtoPort, true)
 }
 
-// Jump and Goto are the statements that continue in chain c.
+// Jump is the statement that continues in chain c and comes back.
 func Jump(c string) Stmt { return Do{Verdict{Kind: VerdictJump, Chain: c}} }
+
+// Goto is the statement that continues in chain c for good.
 func Goto(c string) Stmt { return Do{Verdict{Kind: VerdictGoto, Chain: c}} }
 
 // base adds the fixed part of the layout: hooks, dispatch maps, masquerade and reject.

@@ -8,7 +8,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-// Planner plans one family's table as NFT does, but reuses what it planned for each
+// Planner plans one family's table as Build does, but reuses what it planned for each
 // service port that has not changed since its last plan: the tracker hands out the same
 // *ServicePort for an unchanged port, so a pointer comparison finds them. The reused
 // chains are the same *Chain values as in the table planned before, which the nftables
@@ -25,7 +25,7 @@ type Planner struct {
 	// refs counts, for each shared set (sharedSets), the service ports holding each
 	// element: those sets are kept up to date from the changed fragments alone.
 	refs map[string]map[Key]int
-	// claims counts every fragment's calls of Table.elem for the other sets, per key:
+	// claims counts every fragment's calls of Table.AddElem for the other sets, per key:
 	// while the keys a change touches are claimed by one owner with one verdict, the
 	// change's elements follow from the counts, and the other service ports' calls need
 	// not be replayed (at 10,000 Services, most of a one-endpoint change's planning).
@@ -34,7 +34,7 @@ type Planner struct {
 	lineage, gen uint64
 }
 
-// claim counts the calls of Table.elem for one key of one set: n in all, same of them
+// claim counts the calls of Table.AddElem for one key of one set: n in all, same of them
 // with owner and v (the first caller's). While n == same they all agree, and the plan
 // holds the element exactly when n > 0.
 type claim struct {
@@ -55,7 +55,7 @@ type fragment struct {
 	sp     *model.ServicePort
 	chains []*Chain
 	sets   []*Set
-	// elems are its calls of Table.elem, in order: replayed into the whole table, they
+	// elems are its calls of Table.AddElem, in order: replayed into the whole table, they
 	// settle conflicts between service ports exactly as a plan from scratch does.
 	elems []elemCall
 }

@@ -16,7 +16,7 @@ import (
 
 // TestSplitFollowsThePlanner: through random changes (those of the iptables planner's
 // test, with the node's config changed now and then) and at several table sizes, the
-// tables NFTShards makes from the planner's tables hold exactly the planned table's rules
+// tables Shards makes from the planner's tables hold exactly the planned table's rules
 // (checkSplit), equal a split made from scratch table for table, return a table the change
 // did not touch as the very same value, and list in each changed table's Delta whatever
 // differs from the table it replaces, so that the backend's incremental apply sees it.

@@ -12,7 +12,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
-// This file is a packet-flow tracer over an *IPTables, in the spirit of the iptablesTracer of
+// This file is a packet-flow tracer over an *ipt.Tables, in the spirit of the iptablesTracer of
 // kube-proxy's iptables proxier tests (written anew here): the first packet of a new
 // connection walks the built-in chains in netfilter's order and every match and target is
 // interpreted, so the iptables packet-flow tests assert what happens to traffic with the same
