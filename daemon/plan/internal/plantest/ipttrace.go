@@ -38,31 +38,18 @@ type iptStep struct{ table, chain string }
 // sources each name has seen) is kept across traces, as the kernel keeps it across
 // connections; no time passes, so no entry expires.
 type IPTTracer struct {
-	t    testing.TB
+	node // local: what -m addrtype LOCAL matches, and where INPUT delivers
 	plan *ipt.Tables
-	// local are the node's addresses: what -m addrtype LOCAL matches, and where a packet is
-	// delivered (INPUT) rather than forwarded.
-	local []netip.Addr
 	// Choose decides whether the i-th statistic match a packet meets (counting from 0 in
 	// this trace) matches; nil means StatisticChoice(0): the first endpoint, as the nft tracer's
 	// default numgen choice 0 is.
 	Choose func(i int, probability float64) bool
 	recent map[string]map[netip.Addr]bool
-	// fail reports a tracer or plan error; it must not return. Defaults to t.Fatalf.
-	fail func(format string, args ...any)
 }
 
 // NewIPTTracer returns a tracer over p for a node with the addresses local.
 func NewIPTTracer(t testing.TB, p *ipt.Tables, local ...string) *IPTTracer {
-	tr := &IPTTracer{t: t, plan: p, recent: map[string]map[netip.Addr]bool{}}
-	for _, a := range local {
-		tr.local = append(tr.local, netip.MustParseAddr(a))
-	}
-	tr.fail = func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf(format, args...)
-	}
-	return tr
+	return &IPTTracer{node: newNode(t, local), plan: p, recent: map[string]map[netip.Addr]bool{}}
 }
 
 // StatisticChoice returns a chooser under which the packet takes the k-th statistic rule it meets, so
@@ -211,8 +198,6 @@ func (r *iptRun) dport() uint16 {
 	}
 	return r.p.dport
 }
-
-func (tr *IPTTracer) isLocal(a netip.Addr) bool { return slices.Contains(tr.local, a) }
 
 // checkBuiltins fails on a table or built-in chain the walk would not visit.
 func (tr *IPTTracer) checkBuiltins() {

@@ -71,30 +71,17 @@ func (o Outcome) String() string {
 // NFTTracer runs packets through one table. Its affinity state (the contents of dynamic
 // sets) is kept across traces, as the kernel keeps it across connections.
 type NFTTracer struct {
-	t     testing.TB
+	node  // local: what "fib ... type local" matches, and where input delivers
 	table *nft.Table
-	// local are the node's addresses: what "fib ... type local" matches, and where a
-	// packet is delivered (input) rather than forwarded.
-	local []netip.Addr
 	// Choose picks numgen's result in [0, mod); nil always picks 0.
 	Choose func(mod uint32) uint32
 	// dynamic holds the addresses the data path added to dynamic sets.
 	dynamic map[string]map[netip.Addr]bool
-	// fail reports a tracer or plan error; it must not return. Defaults to t.Fatalf.
-	fail func(format string, args ...any)
 }
 
 // NewNFTTracer returns a tracer over table for a node with the addresses local.
 func NewNFTTracer(t testing.TB, table *nft.Table, local ...string) *NFTTracer {
-	tr := &NFTTracer{t: t, table: table, dynamic: map[string]map[netip.Addr]bool{}}
-	for _, a := range local {
-		tr.local = append(tr.local, netip.MustParseAddr(a))
-	}
-	tr.fail = func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf(format, args...)
-	}
-	return tr
+	return &NFTTracer{node: newNode(t, local), table: table, dynamic: map[string]map[netip.Addr]bool{}}
 }
 
 // ending is how evaluating a chain ended.
@@ -283,8 +270,6 @@ func (tr *NFTTracer) baseChains(hook string) []*nft.Chain {
 	})
 	return out
 }
-
-func (tr *NFTTracer) isLocal(a netip.Addr) bool { return slices.Contains(tr.local, a) }
 
 // base evaluates one base chain; its policy is accept.
 func (r *run) base(c *nft.Chain) ending {

@@ -5,8 +5,10 @@
 package plantest
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // Tracer is one mode's packet-flow tracer over its plan of one family.
@@ -36,3 +38,26 @@ func distinct(os []Outcome) []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// node is what every tracer knows of the node: its addresses, and how to fail.
+type node struct {
+	t testing.TB
+	// local are the node's addresses: local-address matches match them, and a packet to
+	// one of them is delivered (input) rather than forwarded.
+	local []netip.Addr
+	// fail reports a tracer or plan error; it must not return. Defaults to t.Fatalf.
+	fail func(format string, args ...any)
+}
+
+func newNode(t testing.TB, local []string) node {
+	n := node{t: t, fail: func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format, args...)
+	}}
+	for _, a := range local {
+		n.local = append(n.local, netip.MustParseAddr(a))
+	}
+	return n
+}
+
+func (n *node) isLocal(a netip.Addr) bool { return slices.Contains(n.local, a) }
