@@ -80,8 +80,9 @@ test-unit:
 
 # Short coverage-guided runs of every fuzz target (their seed corpora also run in test-unit).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
-	$(GO) test -run '^$$' -fuzz '^FuzzIPVSPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan/nft
+	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan/ipt
+	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME) ./daemon/plan/ipvs
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./daemon/source/manifests
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool
 	$(GO) test -run '^$$' -fuzz '^FuzzAllocate$$' -fuzztime $(FUZZTIME) ./daemon/lb/pool

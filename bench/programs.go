@@ -9,7 +9,8 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/ipt"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // The proxy modes measured, as both programs' --proxy-mode spells them.
@@ -75,16 +76,16 @@ var (
 			if mode == modeIPTables {
 				return layout{
 					Table: "nat", Family: nftables.TableFamilyIPv4,
-					ServicesChain: plan.IptServices, SvcPrefix: plan.IptPrefix + "SVC-",
+					ServicesChain: ipt.ChainServices, SvcPrefix: ipt.Prefix + "SVC-",
 					PortChain: edgegateSVC, EndpointChain: edgegateSEP,
 				}
 			}
 			return layout{
-				Table: plan.TableName, Family: nftables.TableFamilyIPv4, ServiceMap: plan.MapServiceIPs,
-				Tables:    plan.NFTModeTable,
-				PortChain: func(ep endpointRef) string { return "service-" + plan.ChainBase(modelName(ep)) },
+				Table: nft.TableName, Family: nftables.TableFamilyIPv4, ServiceMap: nft.MapServiceIPs,
+				Tables:    nft.ModeTable,
+				PortChain: func(ep endpointRef) string { return "service-" + nft.ChainBase(modelName(ep)) },
 				EndpointChain: func(ep endpointRef) string {
-					return plan.EndpointChain(modelName(ep), model.Endpoint{Addr: ep.Addr, Port: ep.TargetPort})
+					return nft.EndpointChain(modelName(ep), model.Endpoint{Addr: ep.Addr, Port: ep.TargetPort})
 				},
 			}
 		},
@@ -164,13 +165,13 @@ func kubeProxySEP(ep endpointRef) string {
 
 // edgegateSVC is daemon/plan's iptPortChain("SVC", ...) (unexported there).
 func edgegateSVC(ep endpointRef) string {
-	return plan.IptPrefix + "SVC-" + b32sha(servicePortName(ep) + string(model.TCP))[:16]
+	return ipt.Prefix + "SVC-" + b32sha(servicePortName(ep) + string(model.TCP))[:16]
 }
 
 // edgegateSEP is daemon/plan's iptEndpointChain (unexported there): as kube-proxy's, with
 // the protocol in upper case.
 func edgegateSEP(ep endpointRef) string {
-	return plan.IptPrefix + "SEP-" + b32sha(servicePortName(ep) + string(model.TCP) + netip.AddrPortFrom(ep.Addr, ep.TargetPort).String())[:16]
+	return ipt.Prefix + "SEP-" + b32sha(servicePortName(ep) + string(model.TCP) + netip.AddrPortFrom(ep.Addr, ep.TargetPort).String())[:16]
 }
 
 // servicePortName is kube-proxy's ServicePortName.String: ns/name:port.

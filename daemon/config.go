@@ -19,6 +19,8 @@ import (
 	"github.com/edgegate/edgegate/daemon/lb/member"
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/ipvs"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/source/cluster"
 	"github.com/edgegate/edgegate/daemon/update"
 	"github.com/edgegate/edgegate/daemon/update/rollout"
@@ -28,21 +30,21 @@ import (
 // the same; --config reads the same fields from a YAML file (camelCase keys), and flags given
 // on the command line win over the file.
 type Config struct {
-	ProxyMode          string   `json:"proxyMode"`
-	HostnameOverride   string   `json:"hostnameOverride"`
-	NodeIPs            []string `json:"nodeIPs"`
-	Zone               string   `json:"zone"`
-	HealthzBindAddress string   `json:"healthzBindAddress"`
-	MetricsBindAddress string   `json:"metricsBindAddress"`
-	NodePortAddresses  []string `json:"nodePortAddresses"`
-	ClusterCIDRs       []string `json:"clusterCIDR"`
-	MasqueradeAll      bool     `json:"masqueradeAll"`
-	MasqueradeBit      int      `json:"masqueradeBit"`
-	Manifests          string   `json:"manifests"`
-	SyncPeriod         Duration `json:"syncPeriod"`
-	MinSyncPeriod      Duration `json:"minSyncPeriod"`
-	FullSyncPeriod     Duration `json:"fullSyncPeriod"`
-	LogLevel           string   `json:"logLevel"`
+	ProxyMode          plan.Mode `json:"proxyMode"`
+	HostnameOverride   string    `json:"hostnameOverride"`
+	NodeIPs            []string  `json:"nodeIPs"`
+	Zone               string    `json:"zone"`
+	HealthzBindAddress string    `json:"healthzBindAddress"`
+	MetricsBindAddress string    `json:"metricsBindAddress"`
+	NodePortAddresses  []string  `json:"nodePortAddresses"`
+	ClusterCIDRs       []string  `json:"clusterCIDR"`
+	MasqueradeAll      bool      `json:"masqueradeAll"`
+	MasqueradeBit      int       `json:"masqueradeBit"`
+	Manifests          string    `json:"manifests"`
+	SyncPeriod         Duration  `json:"syncPeriod"`
+	MinSyncPeriod      Duration  `json:"minSyncPeriod"`
+	FullSyncPeriod     Duration  `json:"fullSyncPeriod"`
+	LogLevel           string    `json:"logLevel"`
 	// EnableProfiling serves Go's /debug/pprof on the metrics address, as kube-proxy's does.
 	EnableProfiling bool `json:"enableProfiling"`
 	// IPVS is the ipvs mode's part, kube-proxy's KubeProxyConfiguration.ipvs.
@@ -116,7 +118,7 @@ type IPVSConfiguration struct {
 // NFTablesConfiguration is the nftables mode's configuration.
 type NFTablesConfiguration struct {
 	// EndpointsPerTable is how many endpoint rules one nftables table holds before the
-	// Services' dispatch is split over more tables (0: never); see plan.NFTShards.
+	// Services' dispatch is split over more tables (0: never); see nft.Shards.
 	EndpointsPerTable int `json:"endpointsPerTable"`
 }
 
@@ -176,9 +178,6 @@ func (c ConntrackConfiguration) tuning() conntrack.Tuning {
 		TCPBeLiberal: c.TCPBeLiberal}
 }
 
-// proxyModes are the --proxy-mode values.
-var proxyModes = []string{"nftables", "iptables", "ipvs"}
-
 // Duration reads "30s"-style durations from YAML.
 type Duration struct{ time.Duration }
 
@@ -194,7 +193,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 func defaults() Config {
 	return Config{
-		ProxyMode:          "nftables",
+		ProxyMode:          plan.ModeNFTables,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		MasqueradeBit:      14,
@@ -205,8 +204,8 @@ func defaults() Config {
 		KubeAPIQPS:         cluster.DefaultQPS,
 		KubeAPIBurst:       cluster.DefaultBurst,
 		StateDir:           "/var/lib/edgegate",
-		IPVS:               IPVSConfiguration{Scheduler: plan.DefaultScheduler},
-		NFTables:           NFTablesConfiguration{EndpointsPerTable: plan.DefaultPerTable},
+		IPVS:               IPVSConfiguration{Scheduler: ipvs.DefaultScheduler},
+		NFTables:           NFTablesConfiguration{EndpointsPerTable: nft.DefaultPerTable},
 		LoadBalancer: LoadBalancerConfiguration{HeartbeatPort: member.DefaultPort,
 			HeartbeatInterval: Duration{member.DefaultInterval}, HeartbeatTimeout: Duration{member.DefaultTimeout}},
 		Update: UpdateConfiguration{Tries: update.DefaultTries, TrialTimeout: Duration{update.DefaultTrialTimeout},
@@ -278,8 +277,8 @@ func parseConfig(args []string) (Config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("edgegate", flag.ContinueOnError)
 	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
-	fs.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "proxy mode: nftables, iptables or ipvs")
-	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler, "ipvs mode: the default IPVS scheduler ("+strings.Join(plan.IPVSSchedulers, ", ")+")")
+	fs.StringVar((*string)(&c.ProxyMode), "proxy-mode", string(c.ProxyMode), "proxy mode: nftables, iptables or ipvs")
+	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler, "ipvs mode: the default IPVS scheduler ("+strings.Join(ipvs.Schedulers, ", ")+")")
 	fs.IntVar(&c.NFTables.EndpointsPerTable, "nftables-endpoints-per-table", c.NFTables.EndpointsPerTable, "nftables mode: endpoint rules one table holds before the Services' NAT dispatch is split over tables edgegate-services-N (every change has the kernel re-check its whole table); 0 never splits")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
 	fs.Var(listFlag{&c.NodeIPs}, "node-ip", "this node's IP addresses, comma-separated (one per family)")
@@ -370,11 +369,11 @@ func parseConfig(args []string) (Config, error) {
 
 func (c *Config) validate() error {
 	var errs []error
-	if !slices.Contains(proxyModes, c.ProxyMode) {
-		errs = append(errs, fmt.Errorf("--proxy-mode: %q is not supported by this build (supported: %s)", c.ProxyMode, strings.Join(proxyModes, ", ")))
+	if _, err := plan.ParseMode(string(c.ProxyMode)); err != nil {
+		errs = append(errs, fmt.Errorf("--proxy-mode: %w", err))
 	}
-	if !plan.ValidScheduler(c.IPVS.Scheduler) {
-		errs = append(errs, fmt.Errorf("--ipvs-scheduler (ipvs.scheduler): %q is not an IPVS scheduler (%s)", c.IPVS.Scheduler, strings.Join(plan.IPVSSchedulers, ", ")))
+	if !ipvs.ValidScheduler(c.IPVS.Scheduler) {
+		errs = append(errs, fmt.Errorf("--ipvs-scheduler (ipvs.scheduler): %q is not an IPVS scheduler (%s)", c.IPVS.Scheduler, strings.Join(ipvs.Schedulers, ", ")))
 	}
 	if c.NFTables.EndpointsPerTable < 0 {
 		errs = append(errs, fmt.Errorf("--nftables-endpoints-per-table (nftables.endpointsPerTable): %d is negative (0 never splits)", c.NFTables.EndpointsPerTable))

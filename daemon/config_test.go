@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/listener"
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 func TestConfigFileThenFlags(t *testing.T) {
@@ -86,8 +86,8 @@ func TestIPVSConfig(t *testing.T) {
 }
 
 func TestNFTablesEndpointsPerTable(t *testing.T) {
-	if c, err := parseConfig(nil); err != nil || c.NFTables.EndpointsPerTable != plan.DefaultPerTable {
-		t.Fatalf("default: %d, %v; want %d", c.NFTables.EndpointsPerTable, err, plan.DefaultPerTable)
+	if c, err := parseConfig(nil); err != nil || c.NFTables.EndpointsPerTable != nft.DefaultPerTable {
+		t.Fatalf("default: %d, %v; want %d", c.NFTables.EndpointsPerTable, err, nft.DefaultPerTable)
 	}
 	if c, err := parseConfig([]string{"--config", writeFile(t, "nftables:\n  endpointsPerTable: 0\n")}); err != nil || c.NFTables.EndpointsPerTable != 0 {
 		t.Errorf("nftables.endpointsPerTable 0 from the file: %d, %v", c.NFTables.EndpointsPerTable, err)

@@ -20,7 +20,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/ipt"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // daemon is edgegate running as a plain daemon in the gateway's namespace.
@@ -184,7 +185,7 @@ func programmedServices(gw node, mode string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("nftables in %s: %w", gw.Name, err)
 		}
-		// A large cluster's dispatch is split over edgegate-services-<k> (plan.NFTShards):
+		// A large cluster's dispatch is split over edgegate-services-<k> (nft.Shards):
 		// the map's elements are summed over every table of the mode.
 		tables, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
 		if err != nil {
@@ -192,16 +193,16 @@ func programmedServices(gw node, mode string) (int, error) {
 		}
 		n := 0
 		for _, t := range tables {
-			if !plan.NFTModeTable(t.Name) {
+			if !nft.ModeTable(t.Name) {
 				continue
 			}
-			set, err := conn.GetSetByName(t, plan.MapServiceIPs)
+			set, err := conn.GetSetByName(t, nft.MapServiceIPs)
 			if err != nil {
 				continue // no map in this table (the main one of a split), or not yet
 			}
 			elems, err := conn.GetSetElements(set)
 			if err != nil {
-				return 0, fmt.Errorf("map ip %s %s in %s: %w", t.Name, plan.MapServiceIPs, gw.Name, err)
+				return 0, fmt.Errorf("map ip %s %s in %s: %w", t.Name, nft.MapServiceIPs, gw.Name, err)
 			}
 			n += len(elems)
 		}
@@ -211,14 +212,14 @@ func programmedServices(gw node, mode string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("nftables in %s: %w", gw.Name, err)
 		}
-		rules, err := conn.GetRules(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "nat"}, &nftables.Chain{Name: plan.IptServices})
+		rules, err := conn.GetRules(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "nat"}, &nftables.Chain{Name: ipt.ChainServices})
 		if err != nil {
 			return 0, nil // no nat table or chain yet
 		}
 		n := 0
 		for _, r := range rules {
 			for _, e := range r.Exprs {
-				if v, ok := e.(*expr.Verdict); ok && v.Kind == expr.VerdictJump && strings.HasPrefix(v.Chain, plan.IptPrefix+"SVC-") {
+				if v, ok := e.(*expr.Verdict); ok && v.Kind == expr.VerdictJump && strings.HasPrefix(v.Chain, ipt.Prefix+"SVC-") {
 					n++
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/daemon/view"
 )
@@ -32,7 +33,7 @@ const SyncLimit = 120
 // Options configure a Dashboard.
 type Options struct {
 	Version  string
-	Mode     string // --proxy-mode
+	Mode     plan.Mode // --proxy-mode
 	Node     string
 	Families []model.Family
 	// Views shows the proxy mode's rules and traffic; nil takes them from the dataplane
@@ -155,7 +156,7 @@ func New(o Options) *Dashboard {
 		o.Upload = bundleUpload
 	}
 	d := &Dashboard{hub: NewHub(o.Buffer), opts: o, lastTrigger: map[model.ServicePortName]int64{}, rebind: make(chan struct{}, 1)}
-	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: o.Mode, Node: o.Node, Started: o.Now()})
+	_ = d.hub.Set(KeyFirmware, Firmware{Version: o.Version, Mode: string(o.Mode), Node: o.Node, Started: o.Now()})
 	_ = d.hub.Set(KeyServices, []Service{})
 	_ = d.hub.Set(KeyCluster, map[string]any{"mode": "standalone"})
 	_ = d.hub.Set(KeyDrain, DrainState{Reasons: []string{}})

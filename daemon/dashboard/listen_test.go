@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"io"
 	"log/slog"
 	"net"
@@ -50,7 +51,7 @@ func serveTLSPlane(t *testing.T, d *Dashboard) (port int, cert Cert, client *htt
 // TestPlainHTTPRefusedOffLoopback: a bind that is not loopback speaks TLS only; plain HTTP
 // to it gets no answer of the API's (Go's TLS server answers a bare 400, or drops it).
 func TestPlainHTTPRefusedOffLoopback(t *testing.T) {
-	d, _ := newTestDashboard(t, ModeNFTables)
+	d, _ := newTestDashboard(t, plan.ModeNFTables)
 	port, _, client := serveTLSPlane(t, d)
 	url := fmt.Sprintf("127.0.0.1:%d/api/state", port)
 
@@ -113,7 +114,7 @@ func TestPlainHTTPNeedsLoopback(t *testing.T) {
 }
 
 func TestSecureCookie(t *testing.T) {
-	d, _ := newTestDashboard(t, ModeNFTables)
+	d, _ := newTestDashboard(t, plan.ModeNFTables)
 	port, _, client := serveTLSPlane(t, d)
 	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/api/state?token=%s", port, testToken))
 	if err != nil {
@@ -131,7 +132,7 @@ func TestSecureCookie(t *testing.T) {
 func TestTokenNeverInLogTail(t *testing.T) {
 	var console bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&console, nil))
-	d, log := ForDaemon(Options{Version: "test", Mode: ModeNFTables}, []Bind{{Addr: "10.200.1.1:443"}}, "", t.TempDir(), log)
+	d, log := ForDaemon(Options{Version: "test", Mode: plan.ModeNFTables}, []Bind{{Addr: "10.200.1.1:443"}}, "", t.TempDir(), log)
 	if d == nil {
 		t.Fatal("no dashboard")
 	}
@@ -227,7 +228,7 @@ func TestAllowList(t *testing.T) {
 // TestRebind: Rebind opens the addresses a started dashboard lacks and closes those it no
 // longer names; an address it keeps stays open throughout, its connections too.
 func TestRebind(t *testing.T) {
-	d, _ := newTestDashboard(t, ModeNFTables)
+	d, _ := newTestDashboard(t, plan.ModeNFTables)
 	// One port, held on 127.0.0.1 so that no wildcard listener can take it meanwhile, on
 	// three loopback addresses nobody else uses.
 	hold, err := net.Listen("tcp", "127.0.0.1:0")

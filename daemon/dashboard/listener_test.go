@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"io"
 	"log/slog"
 	"net"
@@ -54,7 +55,7 @@ func TestWebsocketOutlivesServerTimeouts(t *testing.T) {
 	cfg.MaxConnsPerSource = 1
 	cfg.ReadHeaderTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.IdleTimeout = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
 	gate := listener.NewGate("dashboard", cfg, nil, slog.New(slog.DiscardHandler))
-	d := New(Options{Token: testToken, Mode: ModeNFTables, PongWait: 300 * time.Millisecond, Gate: gate})
+	d := New(Options{Token: testToken, Mode: plan.ModeNFTables, PongWait: 300 * time.Millisecond, Gate: gate})
 	addr := serveGated(t, d)
 
 	conn, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/api/ws?token="+testToken, nil)
@@ -97,7 +98,7 @@ func TestWebsocketOutlivesServerTimeouts(t *testing.T) {
 // TestUploadBounded: a firmware upload is bounded by Options.Upload, in size and progress,
 // and answers what cut it off.
 func TestUploadBounded(t *testing.T) {
-	d := New(Options{Token: testToken, Mode: ModeNFTables, Upload: listener.Upload{Max: 1000, MinBytes: 100, Window: 300 * time.Millisecond}})
+	d := New(Options{Token: testToken, Mode: plan.ModeNFTables, Upload: listener.Upload{Max: 1000, MinBytes: 100, Window: 300 * time.Millisecond}})
 	d.ServeUpdates(&fakeUpdater{})
 	addr := serveGated(t, d)
 

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"net"
 	"net/http"
 	"net/url"
@@ -37,9 +38,9 @@ func (d *Dashboard) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(d.hub.Snapshot())
 	})
-	mux.HandleFunc("GET /api/nft", d.serveRules(ModeNFTables))
-	mux.HandleFunc("GET /api/iptables", d.serveRules(ModeIPTables))
-	mux.HandleFunc("GET /api/ipvs", d.serveRules(ModeIPVS))
+	mux.HandleFunc("GET /api/nft", d.serveRules(plan.ModeNFTables))
+	mux.HandleFunc("GET /api/iptables", d.serveRules(plan.ModeIPTables))
+	mux.HandleFunc("GET /api/ipvs", d.serveRules(plan.ModeIPVS))
 	mux.HandleFunc("GET /api/conntrack", d.serveConntrack)
 	mux.HandleFunc("GET /api/network", d.serveNetwork)
 	mux.HandleFunc("GET /api/logs", d.serveLogs)
@@ -64,13 +65,6 @@ func limitBodies(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
-// Proxy modes whose rules the views can show.
-const (
-	ModeNFTables = "nftables"
-	ModeIPTables = "iptables"
-	ModeIPVS     = "ipvs"
-)
 
 // guard checks method, Origin and token, and sets the headers every answer carries.
 func (d *Dashboard) guard(next http.Handler) http.Handler {
@@ -229,7 +223,7 @@ func (d *Dashboard) serveWS(w http.ResponseWriter, r *http.Request) {
 // serveRules writes the mode's rules as the kernel holds them, printed as the mode's stock
 // tool prints them (the dataplane reads them back), or 404 when the gateway runs another
 // mode.
-func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
+func (d *Dashboard) serveRules(mode plan.Mode) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if d.opts.Mode != mode {
 			http.Error(w, fmt.Sprintf("the gateway runs in %s mode, not %s", d.opts.Mode, mode), http.StatusNotFound)
@@ -242,7 +236,7 @@ func (d *Dashboard) serveRules(mode string) http.HandlerFunc {
 		}
 		text, err := src.Rules()
 		if err != nil {
-			http.Error(w, mode+" rules: "+err.Error(), http.StatusInternalServerError)
+			http.Error(w, string(mode)+" rules: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/daemon/view"
 	"github.com/edgegate/edgegate/webui"
@@ -37,7 +38,7 @@ type fakeDataplane struct {
 }
 
 func (f *fakeDataplane) OperatorViews() view.Source { return f.views }
-func (*fakeDataplane) Mode() string                 { return ModeNFTables }
+func (*fakeDataplane) Mode() plan.Mode              { return plan.ModeNFTables }
 func (*fakeDataplane) Cleanup() error               { return nil }
 func (f *fakeDataplane) Program(_ *model.Snapshot, full bool) (proxy.Result, error) {
 	return proxy.Result{Full: full, Written: 3, Elements: 7}, f.err
@@ -81,7 +82,7 @@ func webObjects(eps ...string) []any {
 	}
 }
 
-func newTestDashboard(t *testing.T, mode string) (*Dashboard, *httptest.Server) {
+func newTestDashboard(t *testing.T, mode plan.Mode) (*Dashboard, *httptest.Server) {
 	t.Helper()
 	d := New(Options{Version: "test", Mode: mode, Node: "gw", Families: []model.Family{model.IPv4, model.IPv6},
 		Kernel: fakeKernel{}, Token: testToken})
@@ -114,7 +115,7 @@ func request(t *testing.T, method, url string, hdr map[string]string) (*http.Res
 }
 
 func TestTokenAndOrigin(t *testing.T) {
-	_, srv := newTestDashboard(t, ModeNFTables)
+	_, srv := newTestDashboard(t, plan.ModeNFTables)
 	bearer := map[string]string{"Authorization": "Bearer " + testToken}
 	for _, tc := range []struct {
 		name, path string
@@ -155,7 +156,7 @@ func wsURL(srv *httptest.Server, query string) string {
 }
 
 func TestWebsocketTokenOriginAndUpdates(t *testing.T) {
-	d, srv := newTestDashboard(t, ModeNFTables)
+	d, srv := newTestDashboard(t, plan.ModeNFTables)
 	for _, tc := range []struct {
 		name, query, origin string
 		want                int
@@ -222,7 +223,7 @@ func TestWebsocketTokenOriginAndUpdates(t *testing.T) {
 }
 
 func TestOperatorViews(t *testing.T) {
-	d, srv := newTestDashboard(t, ModeNFTables)
+	d, srv := newTestDashboard(t, plan.ModeNFTables)
 	auth := map[string]string{"Authorization": "Bearer " + testToken}
 	if resp, body := get(t, srv.URL+"/api/nft", auth); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/api/nft before a dataplane: %d %q, want 503", resp.StatusCode, body)
@@ -239,7 +240,7 @@ func TestOperatorViews(t *testing.T) {
 	if resp, body := get(t, srv.URL+"/api/iptables", auth); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "nftables mode") {
 		t.Errorf("/api/iptables in nftables mode: %d %q, want 404 naming the mode", resp.StatusCode, body)
 	}
-	d2, srv2 := newTestDashboard(t, ModeIPTables)
+	d2, srv2 := newTestDashboard(t, plan.ModeIPTables)
 	if _, err := d2.Record(&fakeDataplane{views: fakeViews{rules: "# IPv4\n*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"}}).Program(snap, true); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestOperatorViews(t *testing.T) {
 	if resp, body := get(t, srv.URL+"/api/ipvs", auth); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/api/ipvs in nftables mode: %d %q, want 404", resp.StatusCode, body)
 	}
-	d3, srv3 := newTestDashboard(t, ModeIPVS)
+	d3, srv3 := newTestDashboard(t, plan.ModeIPVS)
 	d3.Record(&fakeDataplane{views: fakeViews{rules: "Prot LocalAddress:Port Scheduler Flags\nTCP  10.96.0.10:80 rr\n  -> 10.0.1.1:8080 Masq 1 0 0\n"}})
 	if resp, body := get(t, srv3.URL+"/api/ipvs", auth); resp.StatusCode != 200 || !strings.Contains(body, "TCP  10.96.0.10:80 rr") {
 		t.Errorf("/api/ipvs in ipvs mode: %d %q, want the kernel's table", resp.StatusCode, body)
@@ -288,7 +289,7 @@ func TestOperatorViews(t *testing.T) {
 // TestPageWeight loads the page and everything it references, as a browser would, and
 // checks the total against the budget.
 func TestPageWeight(t *testing.T) {
-	_, srv := newTestDashboard(t, ModeNFTables)
+	_, srv := newTestDashboard(t, plan.ModeNFTables)
 	auth := map[string]string{"Authorization": "Bearer " + testToken}
 	resp, page := get(t, srv.URL+"/", auth)
 	if resp.StatusCode != 200 || !strings.Contains(page, "<title>edgegate</title>") {
@@ -320,7 +321,7 @@ func TestPageWeight(t *testing.T) {
 }
 
 func TestWebsocketEndsWithContext(t *testing.T) {
-	d := New(Options{Token: testToken, Mode: ModeNFTables})
+	d := New(Options{Token: testToken, Mode: plan.ModeNFTables})
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := httptest.NewUnstartedServer(d.Handler())
 	srv.Config.BaseContext = d.baseContext(ctx)
@@ -358,7 +359,7 @@ func TestWebsocketEndsWithContext(t *testing.T) {
 // TestDeadClientDropped: a client that stops reading answers no pings; the server drops it
 // at the pong deadline while another client still gets every change.
 func TestDeadClientDropped(t *testing.T) {
-	d := New(Options{Token: testToken, Mode: ModeNFTables, PongWait: 300 * time.Millisecond})
+	d := New(Options{Token: testToken, Mode: plan.ModeNFTables, PongWait: 300 * time.Millisecond})
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
 	dial := func() *websocket.Conn {
@@ -430,7 +431,7 @@ func TestRecorderKeepsDraining(t *testing.T) {
 // token. It is logged, and its state reaches the hub.
 func TestDrainAction(t *testing.T) {
 	var logs strings.Builder
-	d := New(Options{Mode: ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	d := New(Options{Mode: plan.ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
 	post := func(path string, hdr map[string]string) (int, string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"io"
 	"log/slog"
 	"net/http"
@@ -53,7 +54,7 @@ func (f *fakeUpdater) OnChange(fn func()) { f.onChange = fn }
 
 func TestUpdateActions(t *testing.T) {
 	var logs strings.Builder
-	d := New(Options{Mode: ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	d := New(Options{Mode: plan.ModeNFTables, Token: testToken, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
 	post := func(path, body string, hdr map[string]string) (int, string) {

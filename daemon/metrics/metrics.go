@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"github.com/edgegate/edgegate/daemon/plan"
 	"net/http"
 	"time"
 
@@ -13,13 +14,6 @@ import (
 )
 
 const namespace = "edgegate"
-
-// Proxy modes, as the failures_total "mode" label spells them.
-const (
-	ModeNFTables = "nftables"
-	ModeIPTables = "iptables"
-	ModeIPVS     = "ipvs"
-)
 
 // Traffic policies, as the no_local_endpoints_total "traffic_policy" label spells them.
 const (
@@ -162,8 +156,8 @@ func New() *Metrics {
 		}, []string{"reason"}),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
-	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
-		m.syncFailures.WithLabelValues(mode)
+	for _, mode := range plan.Modes {
+		m.syncFailures.WithLabelValues(string(mode))
 	}
 	for _, policy := range []string{TrafficPolicyInternal, TrafficPolicyExternal} {
 		m.noLocalEndpoints.WithLabelValues(policy)
@@ -208,10 +202,10 @@ func (m *Metrics) ObserveNetworkProgramming(d time.Duration) {
 	m.networkProgramming.Observe(d.Seconds())
 }
 
-// SyncFailed counts a failed sync in the given proxy mode (ModeNFTables, ModeIPTables, ModeIPVS).
-func (m *Metrics) SyncFailed(mode string) {
-	m.syncFailures.WithLabelValues(mode).Inc()
-	if mode == ModeNFTables {
+// SyncFailed counts a failed sync in the given proxy mode.
+func (m *Metrics) SyncFailed(mode plan.Mode) {
+	m.syncFailures.WithLabelValues(string(mode)).Inc()
+	if mode == plan.ModeNFTables {
 		m.nftablesFailures.Inc()
 	}
 }

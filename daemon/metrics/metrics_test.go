@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bufio"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -100,9 +101,9 @@ func TestRecordedValuesAreScraped(t *testing.T) {
 	m.ObserveSync(false, 3*time.Millisecond, 2*time.Millisecond)
 	m.ObserveSync(false, 5*time.Millisecond, 4*time.Millisecond)
 	m.ObserveNetworkProgramming(90 * time.Second)
-	m.SyncFailed(ModeNFTables)
-	m.SyncFailed(ModeNFTables)
-	m.SyncFailed(ModeIPVS)
+	m.SyncFailed(plan.ModeNFTables)
+	m.SyncFailed(plan.ModeNFTables)
+	m.SyncFailed(plan.ModeIPVS)
 	m.Queued(time.Unix(1714564800, 500_000_000))
 	m.Synced(time.Unix(1714564801, 0))
 	m.ServiceChanges(3)

@@ -21,7 +21,7 @@ type UDPFrontends struct {
 func UDP(snap *model.Snapshot, f model.Family, cfg Config) UDPFrontends {
 	u := UDPFrontends{byAddr: map[netip.AddrPort]map[netip.AddrPort]bool{}, byNodePort: map[uint16]map[netip.AddrPort]bool{}}
 	// Sorted, first claim kept: the frontend belongs to the service the nft plan gives it
-	// to (see Table.elem), not to whichever a map iteration visits last.
+	// to (see nft.Table.AddElem), not to whichever a map iteration visits last.
 	for _, sp := range snap.Sorted() {
 		if sp.Name.Protocol != model.UDP {
 			continue

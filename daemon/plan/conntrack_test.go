@@ -1,4 +1,4 @@
-package plan
+package plan_test
 
 import (
 	"net/netip"
@@ -9,6 +9,9 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
+	"github.com/edgegate/edgegate/daemon/plan"
+	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // Conntrack fixtures: dns is a UDP LoadBalancer (cluster IP 10.96.0.53:53, external IP
@@ -34,8 +37,8 @@ func dnsSlice(addrs ...string) *discovery.EndpointSlice {
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 func TestUDPStale(t *testing.T) {
-	snap := mt.Snapshot(dnsService(), dnsSlice("10.200.2.11", "10.200.2.12"), web(), webV4Ready())
-	u := UDP(snap, model.IPv4, testCfg)
+	snap := mt.Snapshot(dnsService(), dnsSlice("10.200.2.11", "10.200.2.12"), pt.Web(), pt.WebV4Ready())
+	u := plan.UDP(snap, model.IPv4, pt.Cfg)
 	if u.Empty() {
 		t.Fatal("UDP frontends empty")
 	}
@@ -68,7 +71,7 @@ func TestUDPStale(t *testing.T) {
 }
 
 func TestUDPStaleWithoutEndpoints(t *testing.T) {
-	u := UDP(mt.Snapshot(dnsService()), model.IPv4, testCfg)
+	u := plan.UDP(mt.Snapshot(dnsService()), model.IPv4, pt.Cfg)
 	// Made while the service had no endpoint: nothing better to steer it to yet.
 	if u.Stale(ap("10.96.0.53:53"), ap("10.96.0.53:53"), false) {
 		t.Error("untranslated entry stale although the service has no endpoint")
@@ -79,11 +82,11 @@ func TestUDPStaleWithoutEndpoints(t *testing.T) {
 }
 
 func TestUDPFrontendsPerFamily(t *testing.T) {
-	if u := UDP(mt.Snapshot(web(), webV4Ready()), model.IPv4, testCfg); !u.Empty() {
+	if u := plan.UDP(mt.Snapshot(pt.Web(), pt.WebV4Ready()), model.IPv4, pt.Cfg); !u.Empty() {
 		t.Error("TCP-only snapshot has UDP frontends")
 	}
 	snap := mt.Snapshot(dnsService(), dnsSlice("10.200.2.11"))
-	if u := UDP(snap, model.IPv6, testCfg); !u.Empty() {
+	if u := plan.UDP(snap, model.IPv6, pt.Cfg); !u.Empty() {
 		t.Error("IPv4-only service has IPv6 UDP frontends")
 	}
 }
@@ -95,12 +98,12 @@ func TestUDPFrontendConflictFirstKeeps(t *testing.T) {
 	firstEPs := mt.Slice("default", "a-dns-1", "a-dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11"))
 	objs := []any{first, firstEPs, dnsService(), dnsSlice("10.200.2.12")}
 	snap := mt.Snapshot(objs...)
-	tr := newTracer(t, build(t, testCfg, model.IPv4, objs...), nodeAddrs...)
-	if got := tr.trace(pkt(client, "10.96.0.53", 53).udp()); got.Result != "10.200.2.11:5353" {
+	tr := pt.NewNFTTracer(t, nft.Build(snap, model.IPv4, pt.Cfg), pt.NodeAddrs...)
+	if got := tr.Trace(pt.Pkt(pt.Client, "10.96.0.53", 53).UDP()); got.Result != "10.200.2.11:5353" {
 		t.Fatalf("plan sends the flow to %v", got)
 	}
 	for range 20 { // map order must not decide
-		u := UDP(snap, model.IPv4, testCfg)
+		u := plan.UDP(snap, model.IPv4, pt.Cfg)
 		if u.Stale(ap("10.96.0.53:53"), ap("10.200.2.11:5353"), false) {
 			t.Fatal("entry to the endpoint the plan uses is stale")
 		}

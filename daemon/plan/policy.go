@@ -1,10 +1,13 @@
-// Package plan decides, purely from a model.Snapshot and the node's configuration, what each
-// proxy mode must program: which endpoints serve which traffic (traffic policies, topology,
-// terminating fallback), what is rejected or dropped, what is masqueraded, and the resulting
-// rule plan per mode with a readable Dump. No syscalls, clocks or goroutines live here.
+// Package plan decides, purely from a model.Snapshot and the node's configuration, what the
+// proxy modes share: which endpoints serve which traffic (traffic policies, topology,
+// terminating fallback), what is rejected or dropped, what is masqueraded, which UDP
+// conntrack entries are stale, and the proxy modes themselves. Each mode's rule plan, with
+// a readable Dump, is in its own package: plan/nft, plan/ipt and plan/ipvs, each with a
+// Planner (New, then Plan). No syscalls, clocks or goroutines live here.
 package plan
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -105,7 +108,7 @@ func Policy(sp *model.ServicePort, f model.Family, cfg Config) (PortPolicy, bool
 
 	p.UsesLocalForInternal = sp.InternalLocal
 	p.UsesClusterForExternal = !sp.ExternalLocal
-	p.MasqueradeCluster = cfg.MasqueradeAll || len(familyPrefixes(cfg.ClusterCIDRs, f)) > 0
+	p.MasqueradeCluster = cfg.MasqueradeAll || len(FamilyPrefixes(cfg.ClusterCIDRs, f)) > 0
 
 	switch {
 	case !p.HasAnyEndpoints:
@@ -125,8 +128,8 @@ func forwardOrDrop(local bool, localEps, clusterEps []model.Endpoint) Outcome {
 	return Forward
 }
 
-// isLocal reports whether an endpoint runs on this node.
-func (c Config) isLocal(e model.Endpoint) bool { return e.NodeName != "" && e.NodeName == c.NodeName }
+// IsLocal reports whether an endpoint runs on this node.
+func (c Config) IsLocal(e model.Endpoint) bool { return e.NodeName != "" && e.NodeName == c.NodeName }
 
 // categorize follows kube-proxy's CategorizeEndpoints: ready endpoints (filtered by
 // topology), else serving-terminating ones; local endpoints for Local policies with the same
@@ -148,7 +151,7 @@ func categorize(eps []model.Endpoint, usesCluster, usesLocal bool, sp *model.Ser
 	for _, e := range eps {
 		if e.Ready || e.Serving && e.Terminating {
 			hasAny = true
-			if cfg.isLocal(e) {
+			if cfg.IsLocal(e) {
 				localReady = localReady || e.Ready
 				localTerminating = localTerminating || !e.Ready
 			}
@@ -156,10 +159,10 @@ func categorize(eps []model.Endpoint, usesCluster, usesLocal bool, sp *model.Ser
 	}
 	servingTerminating := false
 	if localReady {
-		local = filter(eps, func(e model.Endpoint) bool { return e.Ready && cfg.isLocal(e) })
+		local = filter(eps, func(e model.Endpoint) bool { return e.Ready && cfg.IsLocal(e) })
 	} else if localTerminating {
 		servingTerminating = true
-		local = filter(eps, func(e model.Endpoint) bool { return cfg.isLocal(e) && e.Serving && e.Terminating })
+		local = filter(eps, func(e model.Endpoint) bool { return cfg.IsLocal(e) && e.Serving && e.Terminating })
 	}
 	if !usesCluster {
 		return nil, local, local, hasAny
@@ -258,7 +261,8 @@ func compareEndpoints(a, b model.Endpoint) int {
 	return int(a.Port) - int(b.Port)
 }
 
-func familyPrefixes(ps []netip.Prefix, f model.Family) []netip.Prefix {
+// FamilyPrefixes returns the prefixes of ps in family f.
+func FamilyPrefixes(ps []netip.Prefix, f model.Family) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range ps {
 		if model.FamilyOf(p.Addr()) == f {
@@ -266,4 +270,17 @@ func familyPrefixes(ps []netip.Prefix, f model.Family) []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// ProtoName is the name nft and iptables give an IP protocol number.
+func ProtoName(p uint8) string {
+	switch p {
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 132:
+		return "sctp"
+	}
+	return fmt.Sprint(p)
 }

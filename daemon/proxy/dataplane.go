@@ -13,14 +13,17 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
 // Dataplane is one proxy mode: it plans a Snapshot for every family and programs the
 // result in one transaction.
 type Dataplane interface {
-	// Mode is the --proxy-mode name.
-	Mode() string
+	// Mode is the proxy mode.
+	Mode() plan.Mode
 	// Program makes the kernel match the snapshot; full rewrites everything the mode owns.
 	Program(snap *model.Snapshot, full bool) (Result, error)
 	// Cleanup removes everything the mode ever programmed.
@@ -66,20 +69,20 @@ type Options struct {
 	Config   plan.Config
 	// IPVSScheduler is ipvs mode's default scheduler (--ipvs-scheduler).
 	IPVSScheduler string
-	// NFTEndpointsPerTable is nftables mode's plan.NFTShards.PerTable
+	// NFTEndpointsPerTable is nftables mode's nftplan.Shards.PerTable
 	// (--nftables-endpoints-per-table).
 	NFTEndpointsPerTable int
 }
 
 // NewDataplanes returns the kernel dataplane of mode and those of every other mode, whose
 // leftovers a start in mode removes (two modes must never translate the same traffic).
-func NewDataplanes(mode string, o Options) (Dataplane, []Dataplane, error) {
+func NewDataplanes(mode plan.Mode, o Options) (Dataplane, []Dataplane, error) {
 	all := []Dataplane{
 		&NFTables{Rules: nft.New(), Families: o.Families, Config: o.Config, PerTable: o.NFTEndpointsPerTable,
 			Views: kernelview.NewNFTView(o.Families)},
 		&IPTables{Rules: ipt.New(), Families: o.Families, Config: o.Config, Views: kernelview.NewIPTView()},
 		&IPVS{Backend: ipvs.NewApplier(), Families: o.Families,
-			Config: plan.IPVSConfig{Config: o.Config, Scheduler: o.IPVSScheduler}, Views: kernelview.NewIPVSView()},
+			Config: ipvsplan.Config{Config: o.Config, Scheduler: o.IPVSScheduler}, Views: kernelview.NewIPVSView()},
 	}
 	var chosen Dataplane
 	var others []Dataplane
@@ -102,15 +105,15 @@ type NFTables struct {
 	Families []model.Family
 	Config   plan.Config
 	// PerTable is how many endpoint rules a table holds before a family's dispatch is
-	// split over more tables (plan.NFTShards); 0 never splits.
+	// split over more tables (nftplan.Shards); 0 never splits.
 	PerTable int
 	// Views reads the ruleset and the rule counters back from the kernel.
 	Views view.Source
 
 	// planners re-plan only the service ports that changed, and shards split their
 	// tables, by family.
-	planners map[model.Family]*plan.NFTPlanner
-	shards   map[model.Family]*plan.NFTShards
+	planners map[model.Family]*nftplan.Planner
+	shards   map[model.Family]*nftplan.Shards
 }
 
 var (
@@ -122,21 +125,21 @@ var (
 func (d *NFTables) OperatorViews() view.Source { return d.Views }
 
 // Mode implements Dataplane.
-func (*NFTables) Mode() string { return ModeNFTables }
+func (*NFTables) Mode() plan.Mode { return plan.ModeNFTables }
 
 // Program implements Dataplane.
 func (d *NFTables) Program(snap *model.Snapshot, full bool) (Result, error) {
-	tables := make([]*plan.Table, 0, len(d.Families))
+	tables := make([]*nftplan.Table, 0, len(d.Families))
 	var conflicts []string
 	if d.planners == nil {
-		d.planners, d.shards = map[model.Family]*plan.NFTPlanner{}, map[model.Family]*plan.NFTShards{}
+		d.planners, d.shards = map[model.Family]*nftplan.Planner{}, map[model.Family]*nftplan.Shards{}
 	}
 	for _, f := range d.Families {
 		p := d.planners[f]
 		if p == nil {
-			p = &plan.NFTPlanner{Family: f}
+			p = nftplan.New(f)
 			d.planners[f] = p
-			d.shards[f] = &plan.NFTShards{PerTable: d.PerTable}
+			d.shards[f] = &nftplan.Shards{PerTable: d.PerTable}
 		}
 		t := p.Plan(snap, d.Config)
 		conflicts = append(conflicts, t.Conflicts...)
@@ -166,7 +169,7 @@ type IPTables struct {
 	Views view.Source
 
 	// planners re-plan only the service ports that changed, by family.
-	planners map[model.Family]*plan.IPTPlanner
+	planners map[model.Family]*iptplan.Planner
 }
 
 var (
@@ -178,18 +181,18 @@ var (
 func (d *IPTables) OperatorViews() view.Source { return d.Views }
 
 // Mode implements Dataplane.
-func (*IPTables) Mode() string { return ModeIPTables }
+func (*IPTables) Mode() plan.Mode { return plan.ModeIPTables }
 
 // Program implements Dataplane.
 func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
-	plans := make([]*plan.IPTables, 0, len(d.Families))
+	plans := make([]*iptplan.Tables, 0, len(d.Families))
 	if d.planners == nil {
-		d.planners = map[model.Family]*plan.IPTPlanner{}
+		d.planners = map[model.Family]*iptplan.Planner{}
 	}
 	for _, f := range d.Families {
 		p := d.planners[f]
 		if p == nil {
-			p = &plan.IPTPlanner{Family: f}
+			p = iptplan.New(f)
 			d.planners[f] = p
 		}
 		plans = append(plans, p.Plan(snap, d.Config))
@@ -205,7 +208,7 @@ func (d *IPTables) Cleanup() error { return d.Rules.Cleanup() }
 type IPVSBackend interface {
 	// NodeAddrs lists the node's addresses outside the dummy interface (node ports).
 	NodeAddrs() ([]netip.Addr, error)
-	Apply(plans []*plan.IPVSPlan, full bool) (ipvs.Stats, error)
+	Apply(plans []*ipvsplan.Plan, full bool) (ipvs.Stats, error)
 	Pending() bool
 	Cleanup() error
 }
@@ -216,7 +219,7 @@ type IPVS struct {
 	Backend  IPVSBackend
 	Families []model.Family
 	// Config's NodeAddrs is filled from the kernel at every Program.
-	Config plan.IPVSConfig
+	Config ipvsplan.Config
 	// Views reads the IPVS table, its stats and the auxiliary nftables tables back.
 	Views view.Source
 
@@ -232,7 +235,7 @@ var (
 )
 
 // Mode implements Dataplane.
-func (*IPVS) Mode() string { return ModeIPVS }
+func (*IPVS) Mode() plan.Mode { return plan.ModeIPVS }
 
 // OperatorViews implements Viewer.
 func (d *IPVS) OperatorViews() view.Source { return d.Views }
@@ -247,10 +250,10 @@ func (d *IPVS) Program(snap *model.Snapshot, full bool) (Result, error) {
 	cfg := d.Config
 	cfg.NodeAddrs = addrs
 	d.planned = addrs
-	plans := make([]*plan.IPVSPlan, 0, len(d.Families))
+	plans := make([]*ipvsplan.Plan, 0, len(d.Families))
 	var res Result
 	for _, f := range d.Families {
-		p := plan.IPVS(snap, f, cfg)
+		p := ipvsplan.New(f).Plan(snap, cfg)
 		res.Conflicts = append(res.Conflicts, p.Conflicts...)
 		res.Problems = append(res.Problems, p.Problems...)
 		plans = append(plans, p)

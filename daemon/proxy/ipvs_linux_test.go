@@ -16,6 +16,8 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 func inNetnsCmd(t *testing.T, ns string, args ...string) string {
@@ -43,7 +45,7 @@ func TestIPVSDataplaneOnThisKernel(t *testing.T) {
 			t.Fatalf("lo up: %v", err)
 		}
 		dp := &IPVS{Backend: ipvs.NewApplier(), Families: []model.Family{model.IPv4, model.IPv6},
-			Config: plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}, Scheduler: "rr"}}
+			Config: ipvsplan.Config{Config: plan.Config{NodeName: "gw"}, Scheduler: "rr"}}
 		snap := mt.Snapshot(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
 			mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
 		_, err = dp.Program(snap, true)
@@ -55,12 +57,12 @@ func TestIPVSDataplaneOnThisKernel(t *testing.T) {
 			if out := inNetnsCmd(t, ns, "nft", "list", "ruleset"); strings.Contains(out, "edgegate-ipvs") {
 				t.Errorf("sync without IPVS made tables:\n%s", out)
 			}
-			if out := inNetnsCmd(t, ns, "ip", "link"); strings.Contains(out, plan.IPVSInterface) {
+			if out := inNetnsCmd(t, ns, "ip", "link"); strings.Contains(out, ipvsplan.Interface) {
 				t.Errorf("sync without IPVS made the dummy interface:\n%s", out)
 			}
 			// What a previous run in ipvs mode would have left, for Cleanup to remove.
-			snapAux := plan.IPVS(snap, model.IPv4, plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}})
-			if _, err := ipvs.NewKernelAux().Apply([]*plan.Table{snapAux.Aux}, true); err != nil {
+			snapAux := ipvsplan.Build(snap, model.IPv4, ipvsplan.Config{Config: plan.Config{NodeName: "gw"}})
+			if _, err := ipvs.NewKernelAux().Apply([]*nftplan.Table{snapAux.Aux}, true); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -76,7 +78,7 @@ func TestIPVSDataplaneOnThisKernel(t *testing.T) {
 			if err != nil || !strings.Contains(ipvs.Format(entries, false), "TCP  10.96.0.10:80 rr\n  -> 10.200.2.11:8080") {
 				t.Errorf("IPVS table: %v\n%s", err, ipvs.Format(entries, false))
 			}
-			if out := inNetnsCmd(t, ns, "ip", "route", "show", "table", "local", "dev", plan.IPVSInterface); !strings.Contains(out, "local 10.96.0.10 proto 69 scope host") {
+			if out := inNetnsCmd(t, ns, "ip", "route", "show", "table", "local", "dev", ipvsplan.Interface); !strings.Contains(out, "local 10.96.0.10 proto 69 scope host") {
 				t.Errorf("local routes through the dummy interface:\n%s", out)
 			}
 		}
@@ -96,7 +98,7 @@ func TestIPVSDataplaneOnThisKernel(t *testing.T) {
 		if out := inNetnsCmd(t, ns, "nft", "list", "ruleset"); strings.Contains(out, "edgegate-ipvs") {
 			t.Errorf("tables left after cleanup:\n%s", out)
 		}
-		if out := inNetnsCmd(t, ns, "ip", "link"); strings.Contains(out, plan.IPVSInterface) {
+		if out := inNetnsCmd(t, ns, "ip", "link"); strings.Contains(out, ipvsplan.Interface) {
 			t.Errorf("dummy interface left after cleanup:\n%s", out)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/edgegate/edgegate/daemon/plan"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -16,7 +17,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // ipvsFixture is the proxier in ipvs mode over the IPVS applier with fake kernel parts.
@@ -43,14 +44,14 @@ func newIPVSFixture() *ipvsFixture {
 	}
 	f.p.Log = slog.New(slog.NewTextHandler(f.log, nil))
 	f.p.Dataplane = &IPVS{Backend: applier, Families: f.p.Families,
-		Config: plan.IPVSConfig{Config: f.p.Config, Scheduler: "wlc"}}
+		Config: ipvsplan.Config{Config: f.p.Config, Scheduler: "wlc"}}
 	return f
 }
 
 func TestIPVSModeSync(t *testing.T) {
 	f := newIPVSFixture()
 	web := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080), mt.Type(v1.ServiceTypeNodePort))
-	web.Annotations = map[string]string{plan.SchedulerAnnotation: "fastest"}
+	web.Annotations = map[string]string{ipvsplan.SchedulerAnnotation: "fastest"}
 	f.p.Tracker.UpsertService(web)
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
 	if err := f.p.Sync(); err != nil {
@@ -114,7 +115,7 @@ func TestIPVSModeDrainsWithoutChanges(t *testing.T) {
 	if err := f.p.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	cip := plan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}
+	cip := ipvsplan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}
 	f.table.SetConns(cip, netip.MustParseAddrPort("10.200.2.12:8080"), 1, 0)
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
 	if err := f.p.Sync(); err != nil {
@@ -175,7 +176,7 @@ func TestIPVSModeFollowsNodeAddresses(t *testing.T) {
 }
 
 func TestNewDataplanes(t *testing.T) {
-	for _, mode := range []string{ModeNFTables, ModeIPTables, ModeIPVS} {
+	for _, mode := range plan.Modes {
 		dp, others, err := NewDataplanes(mode, Options{Families: []model.Family{model.IPv4}, IPVSScheduler: "sh"})
 		if err != nil || dp.Mode() != mode || len(others) != 2 {
 			t.Fatalf("%s: %v, %d others, %v", mode, dp, len(others), err)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/edgegate/edgegate/daemon/plan"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // sizedDataplane reports every Program as a sync of the given size.
 type sizedDataplane struct{ res Result }
 
-func (d *sizedDataplane) Mode() string { return "sized" }
+func (d *sizedDataplane) Mode() plan.Mode { return "sized" }
 func (d *sizedDataplane) Program(_ *model.Snapshot, full bool) (Result, error) {
 	r := d.res
 	r.Full = full

@@ -20,13 +20,6 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
-// Proxy modes as --proxy-mode spells them.
-const (
-	ModeNFTables = "nftables"
-	ModeIPTables = "iptables"
-	ModeIPVS     = "ipvs"
-)
-
 // Proxier programs the data plane from a Tracker.
 type Proxier struct {
 	Tracker     *model.Tracker

@@ -17,6 +17,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 type fakeConntrack struct{ calls []model.Family }
@@ -145,7 +146,7 @@ func TestSplitDispatchLogged(t *testing.T) {
 	if err := f.p.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(log.String(), "split") || strings.Contains(f.rules.Dump(), plan.ShardTablePrefix) {
+	if strings.Contains(log.String(), "split") || strings.Contains(f.rules.Dump(), nftplan.ShardTablePrefix) {
 		t.Fatalf("two rules split into tables:\n%s\n%s", log.String(), f.rules.Dump())
 	}
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.13")))
@@ -153,7 +154,7 @@ func TestSplitDispatchLogged(t *testing.T) {
 	if err := f.p.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log.String(), `now="IPv4: 2 tables"`) || !strings.Contains(f.rules.Dump(), "table ip "+plan.ShardTable(1)) {
+	if !strings.Contains(log.String(), `now="IPv4: 2 tables"`) || !strings.Contains(f.rules.Dump(), "table ip "+nftplan.ShardTable(1)) {
 		t.Fatalf("four rules at two a table: want the split logged and programmed:\n%s\n%s", log.String(), f.rules.Dump())
 	}
 	logged := log.Len()
@@ -170,8 +171,8 @@ func TestSplitDispatchLogged(t *testing.T) {
 // timedDataplane reports a fixed kernel time for every Program.
 type timedDataplane struct{ kernel time.Duration }
 
-func (timedDataplane) Mode() string   { return ModeNFTables }
-func (timedDataplane) Cleanup() error { return nil }
+func (timedDataplane) Mode() plan.Mode { return plan.ModeNFTables }
+func (timedDataplane) Cleanup() error  { return nil }
 func (d timedDataplane) Program(_ *model.Snapshot, full bool) (Result, error) {
 	return Result{Full: full, Kernel: d.kernel}, nil
 }

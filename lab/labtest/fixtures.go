@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/ipvs"
 
 	"github.com/edgegate/edgegate/lab"
 )
@@ -87,7 +87,7 @@ func ipvsScheduler(name string) serviceMod {
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
 		}
-		s.Annotations[plan.SchedulerAnnotation] = name
+		s.Annotations[ipvs.SchedulerAnnotation] = name
 	}
 }
 

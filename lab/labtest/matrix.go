@@ -14,7 +14,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/lab"
 )
 
@@ -55,7 +55,7 @@ type modeTraits struct {
 var modes = map[string]modeTraits{
 	"nftables": {
 		ruleset:    []string{"table ip edgegate", "table ip6 edgegate"},
-		owned:      func(s lab.KernelState) []string { return s.TablesMatching(plan.NFTModeTable) },
+		owned:      func(s lab.KernelState) []string { return s.TablesMatching(nft.ModeTable) },
 		breakRules: flushNFTServices,
 		scenarios:  func() []Scenario { return []Scenario{serviceIPOverNodePort()} },
 	},
@@ -121,7 +121,7 @@ func flushIptServices(t *testing.T, l *lab.Lab) {
 // table's rules if the layout has no such chain.
 func flushNFTServices(t *testing.T, l *lab.Lab) {
 	t.Helper()
-	if shards := kernelState(t, l).TablesMatching(plan.IsShardTable); len(shards) > 0 {
+	if shards := kernelState(t, l).TablesMatching(nft.IsShardTable); len(shards) > 0 {
 		for _, s := range shards {
 			name, ok := strings.CutPrefix(s, "table ip ")
 			if !ok {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/plan/nft"
 
 	"github.com/edgegate/edgegate/lab"
 )
@@ -23,7 +23,7 @@ func TestTrafficMatrixNftablesSplit(t *testing.T) {
 		eventually(t, 10*time.Second, "the dispatch split over tables in both families", func() (bool, string) {
 			st := kernelState(t, l)
 			var v4, v6 int
-			for _, name := range st.TablesMatching(plan.IsShardTable) {
+			for _, name := range st.TablesMatching(nft.IsShardTable) {
 				if strings.HasPrefix(name, "table ip6 ") {
 					v6++
 				} else {
@@ -31,7 +31,7 @@ func TestTrafficMatrixNftablesSplit(t *testing.T) {
 				}
 			}
 			// The matrix has fewer IPv6 endpoints.
-			return v4 >= 8 && v6 >= 2, fmt.Sprintf("%d IPv4 and %d IPv6 shard tables (want 8 and 2 or more): %v", v4, v6, st.TablesMatching(plan.NFTModeTable))
+			return v4 >= 8 && v6 >= 2, fmt.Sprintf("%d IPv4 and %d IPv6 shard tables (want 8 and 2 or more): %v", v4, v6, st.TablesMatching(nft.ModeTable))
 		})
 	}})
 }

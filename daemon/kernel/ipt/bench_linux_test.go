@@ -6,6 +6,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // BenchmarkFullSync is iptables mode's full sync into an empty namespace (a daemon's
@@ -19,12 +20,12 @@ func BenchmarkFullSync(b *testing.B) {
 		inNetns(b, func(string) {
 			// The daemon's planner lives as long as it: a periodic full sync reuses
 			// every unchanged service port's chains.
-			k, p := New(), &plan.IPTPlanner{Family: model.IPv4}
+			k, p := New(), &iptplan.Planner{Family: model.IPv4}
 			apply := func() error {
 				if !again {
-					p = &plan.IPTPlanner{Family: model.IPv4}
+					p = &iptplan.Planner{Family: model.IPv4}
 				}
-				_, err := k.Apply([]*plan.IPTables{p.Plan(snap, cfg)}, true)
+				_, err := k.Apply([]*iptplan.Tables{p.Plan(snap, cfg)}, true)
 				return err
 			}
 			reset := k.Cleanup
@@ -40,14 +41,14 @@ func BenchmarkFullSync(b *testing.B) {
 }
 
 // BenchmarkOneEndpointChange is the sync after one endpoint of one Service changed, over
-// tables holding the rest, as the daemon runs it: the tracker's snapshot, IPTPlanner (which
+// tables holding the rest, as the daemon runs it: the tracker's snapshot, iptplan.Planner (which
 // re-plans the changed service port only), the diff against the last apply (chains the
 // planner reused are not compared) and the chains that differ.
 func BenchmarkOneEndpointChange(b *testing.B) {
 	kerneltest.OneChangeBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, inNetns, func() func(*model.Snapshot, bool) error {
-		k, p, cfg := New(), &plan.IPTPlanner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
+		k, p, cfg := New(), &iptplan.Planner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
 		return func(snap *model.Snapshot, full bool) error {
-			_, err := k.Apply([]*plan.IPTables{p.Plan(snap, cfg)}, full)
+			_, err := k.Apply([]*iptplan.Tables{p.Plan(snap, cfg)}, full)
 			return err
 		}
 	})

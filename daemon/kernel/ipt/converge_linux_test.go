@@ -13,6 +13,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // randomState is one desired state: a few services, each with a random subset of
@@ -144,10 +145,10 @@ func TestFullSyncRepairsTampering(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := ownedRules(t, ns)
-		svc := plans[0].Table("nat").Chain(plan.IptServices).Rules[0].Target.(plan.JumpTo).Chain
+		svc := plans[0].Table("nat").Chain(iptplan.ChainServices).Rules[0].Target.(iptplan.JumpTo).Chain
 		for _, args := range [][]string{
 			{"iptables-nft", "-t", "nat", "-D", svc, "1"},
-			{"iptables-nft", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", "edgegate service portals", "-j", plan.IptServices},
+			{"iptables-nft", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", "edgegate service portals", "-j", iptplan.ChainServices},
 			{"iptables-nft", "-t", "nat", "-N", "EG-INTRUDER"},
 			{"iptables-nft", "-t", "nat", "-A", "EG-INTRUDER", "-j", "RETURN"},
 			{"iptables-nft", "-t", "nat", "-I", "OUTPUT", "-m", "comment", "--comment", "edgegate service portals", "-j", "EG-INTRUDER"},
@@ -223,9 +224,9 @@ func TestFullSyncListsOnlyAfterForeignCommits(t *testing.T) {
 func TestFailedApplyKeepsRules(t *testing.T) {
 	good := demoPlans(demoSnapshot(), demoConfig())
 	bad := demoPlans(demoSnapshot(mt.Affinity(600)), demoConfig())
-	fw := bad[0].Table("filter").Chain(plan.IptForward)
-	fw.Rules = append(fw.Rules, plan.IptRule{Proto: 6, Matches: []plan.IptMatch{plan.DPort{Proto: 6}},
-		Target: plan.DNATTarget{To: netip.MustParseAddrPort("10.0.0.1:80")}})
+	fw := bad[0].Table("filter").Chain(iptplan.ChainForward)
+	fw.Rules = append(fw.Rules, iptplan.Rule{Proto: 6, Matches: []iptplan.Match{iptplan.DPort{Proto: 6}},
+		Target: iptplan.DNATTarget{To: netip.MustParseAddrPort("10.0.0.1:80")}})
 	inNetns(t, func(ns string) {
 		k := New()
 		if _, err := k.Apply(good, true); err != nil {
@@ -257,7 +258,7 @@ func TestPartialSyncBuiltinAndFamilyChanges(t *testing.T) {
 	changed := demoPlans(demoSnapshot(), demoConfig())
 	filter := changed[0].Table("filter")
 	fwd := filter.Builtin["FORWARD"]
-	filter.Builtin["FORWARD"] = []plan.IptRule{fwd[1], fwd[0]}
+	filter.Builtin["FORWARD"] = []iptplan.Rule{fwd[1], fwd[0]}
 	filter.Builtin["OUTPUT"] = nil
 	inNetns(t, func(ns string) {
 		foreign(t, ns)
@@ -287,7 +288,7 @@ func TestPartialSyncBuiltinAndFamilyChanges(t *testing.T) {
 			t.Errorf("dropping the IPv6 plan deleted no chains: %+v", st)
 		}
 		out := save(t, ns, model.IPv6)
-		if strings.Contains(out, plan.IptPrefix) || strings.Contains(out, "edgegate") {
+		if strings.Contains(out, iptplan.Prefix) || strings.Contains(out, "edgegate") {
 			t.Errorf("the dropped IPv6 plan left rules:\n%s", out)
 		}
 		if !strings.Contains(out, "-A FORWARD -s 2001:db8::1/128 -j DROP") {

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // encoder turns plan rules into the expressions iptables-nft 1.8.9 writes for the same
@@ -26,7 +26,7 @@ type encoder struct {
 
 const reg1 = unix.NFT_REG_1
 
-func (e encoder) rule(r plan.IptRule) ([]expr.Any, error) {
+func (e encoder) rule(r iptplan.Rule) ([]expr.Any, error) {
 	var out []expr.Any
 	if r.Proto != 0 {
 		out = append(out, e.proto(r.Proto)...)
@@ -110,25 +110,25 @@ func (e encoder) addr(source bool, p netip.Prefix, not bool) ([]expr.Any, error)
 	}, nil
 }
 
-func (e encoder) match(m plan.IptMatch) ([]expr.Any, error) {
+func (e encoder) match(m iptplan.Match) ([]expr.Any, error) {
 	switch m := m.(type) {
-	case plan.Comment:
+	case iptplan.Comment:
 		if len(m.Text) >= xt.CommentSize {
 			return nil, fmt.Errorf("comment %q is longer than %d bytes", m.Text, xt.CommentSize-1)
 		}
 		c := xt.Comment(m.Text)
 		return []expr.Any{&expr.Match{Name: "comment", Info: &c}}, nil
-	case plan.DPort:
+	case iptplan.DPort:
 		return e.dport(m)
-	case plan.AddrType:
+	case iptplan.AddrType:
 		return []expr.Any{addrTypeMatch(m)}, nil
-	case plan.CtState:
+	case iptplan.CtState:
 		return ctStateMatch(m)
-	case plan.MarkMatch:
+	case iptplan.MarkMatch:
 		return markMatch(m), nil
-	case plan.Statistic:
+	case iptplan.Statistic:
 		return []expr.Any{&expr.Match{Name: "statistic", Info: statisticInfo(m)}}, nil
-	case plan.Recent:
+	case iptplan.Recent:
 		info, err := recentInfo(m, e.family)
 		if err != nil {
 			return nil, err
@@ -140,7 +140,7 @@ func (e encoder) match(m plan.IptMatch) ([]expr.Any, error) {
 
 // dport: iptables-nft turns "-m tcp/udp --dport N" into a native transport header
 // comparison, but keeps the bare "-m tcp/udp" and every sctp match as xtables matches.
-func (e encoder) dport(d plan.DPort) ([]expr.Any, error) {
+func (e encoder) dport(d iptplan.DPort) ([]expr.Any, error) {
 	switch d.Proto {
 	case unix.IPPROTO_TCP, unix.IPPROTO_UDP:
 		if d.Port != 0 {
@@ -159,7 +159,7 @@ func (e encoder) dport(d plan.DPort) ([]expr.Any, error) {
 	return nil, fmt.Errorf("no port match for protocol %d", d.Proto)
 }
 
-func addrTypeMatch(a plan.AddrType) expr.Any {
+func addrTypeMatch(a iptplan.AddrType) expr.Any {
 	info := &xt.AddrTypeV1{}
 	if a.Source {
 		info.Source = uint16(xt.AddrTypeLocal)
@@ -187,7 +187,7 @@ var ctStates = map[string]uint16{
 	"UNTRACKED": 1 << 6, "SNAT": 1 << 7, "DNAT": 1 << 8,
 }
 
-func ctStateMatch(c plan.CtState) ([]expr.Any, error) {
+func ctStateMatch(c iptplan.CtState) ([]expr.Any, error) {
 	var mask uint16
 	for _, s := range c.States {
 		bit, ok := ctStates[s]
@@ -204,7 +204,7 @@ func ctStateMatch(c plan.CtState) ([]expr.Any, error) {
 
 // markMatch is iptables-nft's native form of -m mark: the bitwise step is left out when the
 // mask keeps every bit.
-func markMatch(m plan.MarkMatch) []expr.Any {
+func markMatch(m iptplan.MarkMatch) []expr.Any {
 	out := []expr.Any{&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1}}
 	if m.Mask != 0xffffffff {
 		out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
@@ -217,11 +217,11 @@ func markMatch(m plan.MarkMatch) []expr.Any {
 	return append(out, &expr.Cmp{Op: op, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(m.Value)})
 }
 
-func (e encoder) target(t plan.IptTarget) (expr.Any, error) {
+func (e encoder) target(t iptplan.Target) (expr.Any, error) {
 	switch t := t.(type) {
-	case plan.JumpTo:
+	case iptplan.JumpTo:
 		return &expr.Verdict{Kind: expr.VerdictJump, Chain: t.Chain}, nil
-	case plan.Standard:
+	case iptplan.Standard:
 		switch t.Verdict {
 		case "ACCEPT":
 			return &expr.Verdict{Kind: expr.VerdictAccept}, nil
@@ -231,23 +231,23 @@ func (e encoder) target(t plan.IptTarget) (expr.Any, error) {
 			return &expr.Verdict{Kind: expr.VerdictReturn}, nil
 		}
 		return nil, fmt.Errorf("unknown verdict %q", t.Verdict)
-	case plan.RejectTarget:
+	case iptplan.RejectTarget:
 		info, err := rejectInfo(t.With, e.family)
 		if err != nil {
 			return nil, err
 		}
 		return &expr.Target{Name: "REJECT", Info: info}, nil
-	case plan.DNATTarget:
+	case iptplan.DNATTarget:
 		return e.dnat(t)
-	case plan.MasqueradeTarget:
+	case iptplan.MasqueradeTarget:
 		return e.masquerade(), nil
-	case plan.MarkTarget:
+	case iptplan.MarkTarget:
 		return &expr.Target{Name: "MARK", Rev: 2, Info: markInfo(t)}, nil
 	}
 	return nil, fmt.Errorf("target %T has no iptables-nft encoding", t)
 }
 
-func (e encoder) dnat(d plan.DNATTarget) (expr.Any, error) {
+func (e encoder) dnat(d iptplan.DNATTarget) (expr.Any, error) {
 	a := d.To.Addr().Unmap()
 	if (e.family == model.IPv4) != a.Is4() {
 		return nil, fmt.Errorf("DNAT to %s in an %s rule", d.To, e.family)

@@ -7,14 +7,14 @@ import (
 	"sync"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // Fake is an in-memory Ruleset for tests of the layers above the kernel: it keeps what was
 // applied and dumps it as text; FailNext makes the next Apply fail like a refused batch.
 type Fake struct {
 	mu       sync.Mutex
-	plans    map[model.Family]*plan.IPTables
+	plans    map[model.Family]*iptplan.Tables
 	dirty    bool
 	Applies  []Stats
 	FailNext error
@@ -23,12 +23,12 @@ type Fake struct {
 var _ Ruleset = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
-func NewFake() *Fake { return &Fake{plans: map[model.Family]*plan.IPTables{}, dirty: true} }
+func NewFake() *Fake { return &Fake{plans: map[model.Family]*iptplan.Tables{}, dirty: true} }
 
 // Apply implements Ruleset. Like the kernel backend, a failure leaves the previous plans
 // and makes the next apply full; rules that the kernel backend could not encode fail here
 // too.
-func (f *Fake) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
+func (f *Fake) Apply(plans []*iptplan.Tables, full bool) (Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := Stats{Full: full || f.dirty}
@@ -37,7 +37,7 @@ func (f *Fake) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 		f.dirty = true
 		return st, err
 	}
-	next := map[model.Family]*plan.IPTables{}
+	next := map[model.Family]*iptplan.Tables{}
 	for _, p := range plans {
 		if err := encodable(p, &st); err != nil {
 			f.dirty = true
@@ -53,13 +53,13 @@ func (f *Fake) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 
 // encodable checks that every rule of a plan has an encoding and counts them as a full
 // apply would write them.
-func encodable(p *plan.IPTables, st *Stats) error {
+func encodable(p *iptplan.Tables, st *Stats) error {
 	enc := encoder{family: p.Family}
 	for _, t := range p.Tables {
 		chains := slices.Clone(t.Chains)
-		for _, hook := range plan.BuiltinChains(t.Name) {
+		for _, hook := range iptplan.BuiltinChains(t.Name) {
 			if rules := t.Builtin[hook]; len(rules) > 0 {
-				chains = append(chains, &plan.IptChain{Name: hook, Rules: rules})
+				chains = append(chains, &iptplan.Chain{Name: hook, Rules: rules})
 			}
 		}
 		for _, c := range chains {
@@ -79,12 +79,12 @@ func encodable(p *plan.IPTables, st *Stats) error {
 func (f *Fake) Cleanup() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.plans = map[model.Family]*plan.IPTables{}
+	f.plans = map[model.Family]*iptplan.Tables{}
 	f.dirty = true
 	return nil
 }
 
-// Dump returns the applied plans, IPv4 first, in plan.IPTables.Dump's form.
+// Dump returns the applied plans, IPv4 first, in iptplan.Tables.Dump's form.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -15,7 +16,7 @@ func TestFake(t *testing.T) {
 	snap := mt.Snapshot(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0), mt.DualStack("fd00:96::10")),
 		mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.0.11")))
 	cfg := plan.Config{NodeName: "gw"}
-	plans := []*plan.IPTables{plan.IPT(snap, model.IPv4, cfg), plan.IPT(snap, model.IPv6, cfg)}
+	plans := []*iptplan.Tables{iptplan.Build(snap, model.IPv4, cfg), iptplan.Build(snap, model.IPv6, cfg)}
 	f := NewFake()
 	st, err := f.Apply(plans, false)
 	if err != nil {
@@ -43,9 +44,9 @@ func TestFake(t *testing.T) {
 		t.Error("the dropped IPv6 plan is still in the dump")
 	}
 
-	bad := plan.IPT(snap, model.IPv4, cfg)
-	bad.Tables[0].Builtin["INPUT"] = []plan.IptRule{{Matches: []plan.IptMatch{plan.Comment{Text: strings.Repeat("x", 256)}}}}
-	if _, err := f.Apply([]*plan.IPTables{bad}, false); err == nil {
+	bad := iptplan.Build(snap, model.IPv4, cfg)
+	bad.Tables[0].Builtin["INPUT"] = []iptplan.Rule{{Matches: []iptplan.Match{iptplan.Comment{Text: strings.Repeat("x", 256)}}}}
+	if _, err := f.Apply([]*iptplan.Tables{bad}, false); err == nil {
 		t.Error("a comment longer than xt_comment holds was accepted")
 	}
 	if err := f.Cleanup(); err != nil || f.Dump() != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 var installOnce sync.Once
@@ -97,12 +98,12 @@ func parseSave(text string) ruleset {
 		case strings.HasPrefix(line, "*"):
 			table = line[1:]
 			rs[table] = map[string][]string{}
-		case strings.HasPrefix(line, ":"+plan.IptPrefix):
+		case strings.HasPrefix(line, ":"+iptplan.Prefix):
 			name := strings.Fields(line[1:])[0]
 			rs[table][name] = []string{}
 		case strings.HasPrefix(line, "-A "):
 			chain, rule, _ := strings.Cut(line[3:], " ")
-			if strings.HasPrefix(chain, plan.IptPrefix) || hookComment(rule) {
+			if strings.HasPrefix(chain, iptplan.Prefix) || hookComment(rule) {
 				rs[table][chain] = append(rs[table][chain], rule)
 			}
 		}
@@ -111,7 +112,7 @@ func parseSave(text string) ruleset {
 }
 
 func hookComment(rule string) bool {
-	return slices.ContainsFunc(plan.IptHookComments, func(c string) bool {
+	return slices.ContainsFunc(iptplan.HookComments, func(c string) bool {
 		return strings.Contains(rule, `--comment "`+c+`"`)
 	})
 }
@@ -175,6 +176,6 @@ func demoSnapshot(mods ...func(*v1.Service)) *model.Snapshot {
 	return mt.Snapshot(web, webV4, webV6, empty, np, npEps, sctp, sctpEps, local, localEps)
 }
 
-func demoPlans(snap *model.Snapshot, cfg plan.Config) []*plan.IPTables {
-	return []*plan.IPTables{plan.IPT(snap, model.IPv4, cfg), plan.IPT(snap, model.IPv6, cfg)}
+func demoPlans(snap *model.Snapshot, cfg plan.Config) []*iptplan.Tables {
+	return []*iptplan.Tables{iptplan.Build(snap, model.IPv4, cfg), iptplan.Build(snap, model.IPv6, cfg)}
 }

@@ -4,8 +4,8 @@
 // ordinary iptables rules. The firmware ships no iptables binary.
 //
 // The ip/ip6 "nat" and "filter" tables are shared with other iptables users (Docker, the
-// operator's own rules): edgegate owns only chains whose name starts with plan.IptPrefix
-// and the rules in built-in chains that carry one of plan.IptHookComments, and never
+// operator's own rules): edgegate owns only chains whose name starts with iptplan.Prefix
+// and the rules in built-in chains that carry one of iptplan.HookComments, and never
 // flushes or deletes anything else.
 package ipt
 
@@ -19,7 +19,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // Ruleset is what the proxy needs from an iptables backend; Kernel and Fake implement it.
@@ -31,7 +31,7 @@ type Ruleset interface {
 	// apply, adds new chains and deletes gone ones. A family missing from plans loses
 	// edgegate's rules. One atomic nftables batch per Apply; on error the kernel keeps
 	// its previous rules and the next Apply is full.
-	Apply(plans []*plan.IPTables, full bool) (Stats, error)
+	Apply(plans []*iptplan.Tables, full bool) (Stats, error)
 	// Cleanup removes every edgegate chain and every rule edgegate added to built-in
 	// chains, in the ip and ip6 nat and filter tables.
 	Cleanup() error
@@ -54,7 +54,7 @@ type Stats struct {
 // Kernel is the netlink-backed Ruleset for the current network namespace.
 type Kernel struct {
 	mu      sync.Mutex
-	applied map[model.Family]*plan.IPTables
+	applied map[model.Family]*iptplan.Tables
 	dirty   bool
 	sock    nlbatch.Socket // opened by the first apply, in its network namespace
 	// gen is the nftables generation the last apply left; while the kernel still reports
@@ -67,7 +67,7 @@ type Kernel struct {
 var _ Ruleset = (*Kernel)(nil)
 
 // New returns a Kernel backend for the current network namespace; its first Apply is full.
-func New() *Kernel { return &Kernel{applied: map[model.Family]*plan.IPTables{}, dirty: true} }
+func New() *Kernel { return &Kernel{applied: map[model.Family]*iptplan.Tables{}, dirty: true} }
 
 // families are the table families edgegate programs, in the order it programs them.
 var families = []model.Family{model.IPv4, model.IPv6}
@@ -103,7 +103,7 @@ func dial() (*nftables.Conn, error) {
 }
 
 // Apply implements Ruleset.
-func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
+func (k *Kernel) Apply(plans []*iptplan.Tables, full bool) (Stats, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	full = full || k.dirty
@@ -117,7 +117,7 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 		return st, err
 	}
 	conn := nb.Conn()
-	byFamily := map[model.Family]*plan.IPTables{}
+	byFamily := map[model.Family]*iptplan.Tables{}
 	for _, p := range plans {
 		if byFamily[p.Family] != nil {
 			return st, fmt.Errorf("two %s plans", p.Family)
@@ -142,24 +142,24 @@ func (k *Kernel) Apply(plans []*plan.IPTables, full bool) (Stats, error) {
 		for _, name := range tableNames {
 			want := p.Table(name)
 			if want == nil {
-				want = &plan.IptTable{Name: name}
+				want = &iptplan.Table{Name: name}
 			}
 			ts := newTableSync(nb, read, f, want, &st)
-			var prev *plan.IptTable
+			var prev *iptplan.Table
 			if old := k.applied[f]; !full && old != nil {
 				if prev = old.Table(name); prev == nil {
-					prev = &plan.IptTable{Name: name}
+					prev = &iptplan.Table{Name: name}
 				}
 			}
 			if prev == nil {
-				var known *plan.IptTable
+				var known *iptplan.Table
 				if clean {
 					// A family the last apply left out has no edgegate chains.
 					if last := k.applied[f]; last != nil {
 						known = last.Table(name)
 					}
 					if known == nil {
-						known = &plan.IptTable{Name: name}
+						known = &iptplan.Table{Name: name}
 					}
 				}
 				err = ts.full(known)
@@ -199,7 +199,7 @@ func (k *Kernel) Cleanup() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.dirty = true
-	k.applied = map[model.Family]*plan.IPTables{}
+	k.applied = map[model.Family]*iptplan.Tables{}
 	read, err := dial()
 	if err != nil {
 		return err

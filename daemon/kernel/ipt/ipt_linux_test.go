@@ -15,7 +15,7 @@ import (
 	"github.com/google/nftables/xt"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 func restoreTool(f model.Family) string {
@@ -42,7 +42,7 @@ func TestApplyMatchesPlanDump(t *testing.T) {
 		for _, p := range plans {
 			out := save(t, ns, p.Family)
 			for _, d := range parseSave(out).diff(parseSave(p.Dump())) {
-				t.Errorf("%s: %s differs from plan.Dump:\n%s", p.Family, saveTool(p.Family), d)
+				t.Errorf("%s: %s differs from the plan's Dump:\n%s", p.Family, saveTool(p.Family), d)
 			}
 			run(t, ns, out, restoreTool(p.Family), "--test")
 			if p.Family == model.IPv4 {
@@ -191,7 +191,7 @@ func TestEncodingMatchesIptablesNft(t *testing.T) {
 // addEncodingChains adds rules for encodings the demo plan does not reach: inverted address
 // types, a mark with a full mask, every conntrack state, other reject types, inverted
 // masked destinations, a bare sctp match and DNAT without a port.
-func addEncodingChains(p *plan.IPTables) {
+func addEncodingChains(p *iptplan.Tables) {
 	host, network := netip.MustParseAddr("10.0.0.1"), netip.MustParsePrefix("10.0.0.0/20")
 	reject := []string{"icmp-admin-prohibited", "icmp-host-unreachable"}
 	if p.Family == model.IPv6 {
@@ -199,16 +199,16 @@ func addEncodingChains(p *plan.IPTables) {
 		reject = []string{"icmp6-adm-prohibited", "icmp6-addr-unreachable"}
 	}
 	filter, nat := p.Table("filter"), p.Table("nat")
-	filter.Chains = append(filter.Chains, &plan.IptChain{Name: "EG-ENCODING", Rules: []plan.IptRule{
-		{Matches: []plan.IptMatch{plan.AddrType{Not: true}}, Target: plan.Standard{Verdict: "RETURN"}},
-		{Matches: []plan.IptMatch{plan.AddrType{Source: true, Not: true}}, Target: plan.Standard{Verdict: "ACCEPT"}},
-		{Matches: []plan.IptMatch{plan.MarkMatch{Value: 1, Mask: 0xffffffff}}, Target: plan.Standard{Verdict: "DROP"}},
-		{Matches: []plan.IptMatch{plan.CtState{States: []string{"INVALID", "NEW", "ESTABLISHED", "RELATED", "UNTRACKED", "SNAT", "DNAT"}}}},
-		{Dst: network, DstNot: true, Proto: 6, Target: plan.RejectTarget{With: reject[0]}},
-		{Src: network, Proto: 132, Matches: []plan.IptMatch{plan.DPort{Proto: 132}}, Target: plan.RejectTarget{With: reject[1]}},
+	filter.Chains = append(filter.Chains, &iptplan.Chain{Name: "EG-ENCODING", Rules: []iptplan.Rule{
+		{Matches: []iptplan.Match{iptplan.AddrType{Not: true}}, Target: iptplan.Standard{Verdict: "RETURN"}},
+		{Matches: []iptplan.Match{iptplan.AddrType{Source: true, Not: true}}, Target: iptplan.Standard{Verdict: "ACCEPT"}},
+		{Matches: []iptplan.Match{iptplan.MarkMatch{Value: 1, Mask: 0xffffffff}}, Target: iptplan.Standard{Verdict: "DROP"}},
+		{Matches: []iptplan.Match{iptplan.CtState{States: []string{"INVALID", "NEW", "ESTABLISHED", "RELATED", "UNTRACKED", "SNAT", "DNAT"}}}},
+		{Dst: network, DstNot: true, Proto: 6, Target: iptplan.RejectTarget{With: reject[0]}},
+		{Src: network, Proto: 132, Matches: []iptplan.Match{iptplan.DPort{Proto: 132}}, Target: iptplan.RejectTarget{With: reject[1]}},
 	}})
-	nat.Chains = append(nat.Chains, &plan.IptChain{Name: "EG-ENCODING", Rules: []plan.IptRule{
-		{Proto: 17, Matches: []plan.IptMatch{plan.DPort{Proto: 17}}, Target: plan.DNATTarget{To: netip.AddrPortFrom(host, 0)}},
+	nat.Chains = append(nat.Chains, &iptplan.Chain{Name: "EG-ENCODING", Rules: []iptplan.Rule{
+		{Proto: 17, Matches: []iptplan.Match{iptplan.DPort{Proto: 17}}, Target: iptplan.DNATTarget{To: netip.AddrPortFrom(host, 0)}},
 	}})
 }
 
@@ -252,7 +252,7 @@ func TestCleanupLeavesForeignRules(t *testing.T) {
 		}
 		for _, f := range families {
 			after := stripComments(save(t, ns, f))
-			if strings.Contains(after, plan.IptPrefix) || strings.Contains(after, "edgegate") {
+			if strings.Contains(after, iptplan.Prefix) || strings.Contains(after, "edgegate") {
 				t.Errorf("%s: cleanup left edgegate rules:\n%s", f, after)
 			}
 			if after != before[f] {

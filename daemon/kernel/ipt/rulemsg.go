@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlattr"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // ruleWriter encodes the messages that add rules to a table's chains, byte for byte as
@@ -41,13 +41,13 @@ type (
 	protoKey   uint8
 	counterKey struct{}
 	ctStateKey string // the states, joined
-	targetKey  struct{ t plan.IptTarget }
+	targetKey  struct{ t iptplan.Target }
 )
 
 // message encodes the message that appends r to chain, or with insert puts it at the
 // chain's top (iptables -I). Its data is valid until the next call: nlbatch.Batch.Add
 // copies it.
-func (w *ruleWriter) message(chain string, r plan.IptRule, insert bool) (netlink.Message, error) {
+func (w *ruleWriter) message(chain string, r iptplan.Rule, insert bool) (netlink.Message, error) {
 	b := nlattr.AppendRuleHead(w.buf[:0], w.family, w.table, chain)
 	b, exprs := nlattr.BeginNest(b)
 	b, compat, err := w.exprs(b, r)
@@ -77,7 +77,7 @@ func (w *ruleWriter) message(chain string, r plan.IptRule, insert bool) (netlink
 
 // exprs appends r's expressions in encoder.rule's order and returns the protocol of its
 // xtables transport match, if it has one.
-func (w *ruleWriter) exprs(b []byte, r plan.IptRule) ([]byte, uint8, error) {
+func (w *ruleWriter) exprs(b []byte, r iptplan.Rule) ([]byte, uint8, error) {
 	var err error
 	if r.Proto != 0 {
 		if b, err = w.cached(b, protoKey(r.Proto)); err != nil {
@@ -92,7 +92,7 @@ func (w *ruleWriter) exprs(b []byte, r plan.IptRule) ([]byte, uint8, error) {
 	}
 	var compat uint8
 	for _, m := range r.Matches {
-		if d, ok := m.(plan.DPort); ok && (d.Port == 0 || d.Proto == unix.IPPROTO_SCTP) {
+		if d, ok := m.(iptplan.DPort); ok && (d.Port == 0 || d.Proto == unix.IPPROTO_SCTP) {
 			if compat != 0 && compat != d.Proto {
 				return nil, 0, fmt.Errorf("transport matches for protocols %d and %d in one rule", compat, d.Proto)
 			}
@@ -143,34 +143,34 @@ func (w *ruleWriter) addr(b []byte, source bool, p netip.Prefix, not bool) ([]by
 	return appendCmp(b, op, a[:n]), nil
 }
 
-func (w *ruleWriter) match(b []byte, m plan.IptMatch) ([]byte, error) {
+func (w *ruleWriter) match(b []byte, m iptplan.Match) ([]byte, error) {
 	switch m := m.(type) {
-	case plan.Comment:
+	case iptplan.Comment:
 		if len(m.Text) >= xt.CommentSize {
 			return nil, fmt.Errorf("comment %q is longer than %d bytes", m.Text, xt.CommentSize-1)
 		}
 		return appendXT(b, "match", "comment", 0, m.Text, xt.CommentSize), nil
-	case plan.DPort:
+	case iptplan.DPort:
 		if (m.Proto == unix.IPPROTO_TCP || m.Proto == unix.IPPROTO_UDP) && m.Port != 0 {
 			b = appendPayload(b, expr.PayloadBaseTransportHeader, 2, 2)
 			return appendCmp(b, expr.CmpOpEq, binaryutil.BigEndian.PutUint16(m.Port)), nil
 		}
-	case plan.Recent:
+	case iptplan.Recent:
 		// Named after its endpoint's chain: as many as there are endpoints with affinity.
 		x, err := w.enc.match(m)
 		if err != nil {
 			return nil, err
 		}
 		return nlattr.AppendExprs(b, w.family, x...)
-	case plan.CtState:
+	case iptplan.CtState:
 		return w.cached(b, ctStateKey(strings.Join(m.States, ",")))
 	}
 	return w.cached(b, m)
 }
 
-func (w *ruleWriter) target(b []byte, t plan.IptTarget) ([]byte, error) {
+func (w *ruleWriter) target(b []byte, t iptplan.Target) ([]byte, error) {
 	switch t := t.(type) {
-	case plan.JumpTo:
+	case iptplan.JumpTo:
 		b, elem := nlattr.BeginNest(b)
 		b = nlattr.Append(b, unix.NFTA_EXPR_NAME, "immediate", true)
 		b, data := nlattr.BeginNest(b)
@@ -183,7 +183,7 @@ func (w *ruleWriter) target(b []byte, t plan.IptTarget) ([]byte, error) {
 		b = nlattr.EndNest(b, imm, unix.NFTA_IMMEDIATE_DATA)
 		b = nlattr.EndNest(b, data, unix.NFTA_EXPR_DATA)
 		return nlattr.EndNest(b, elem, unix.NFTA_LIST_ELEM), nil
-	case plan.DNATTarget:
+	case iptplan.DNATTarget:
 		x, err := w.enc.dnat(t)
 		if err != nil {
 			return nil, err
@@ -215,13 +215,13 @@ func (w *ruleWriter) cached(b []byte, key any) ([]byte, error) {
 	case counterKey:
 		x = []expr.Any{&expr.Counter{}}
 	case ctStateKey:
-		x, err = ctStateMatch(plan.CtState{States: strings.Split(string(k), ",")})
+		x, err = ctStateMatch(iptplan.CtState{States: strings.Split(string(k), ",")})
 	case targetKey:
 		var t expr.Any
 		if t, err = w.enc.target(k.t); err == nil {
 			x = []expr.Any{t}
 		}
-	case plan.IptMatch:
+	case iptplan.Match:
 		x, err = w.enc.match(k)
 	default:
 		err = fmt.Errorf("no encoding for %T", key)

@@ -11,6 +11,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // TestRuleMessagesMatchGoogle: every rule of a variety of plans (both families, affinity,
@@ -38,7 +39,7 @@ func TestRuleMessagesMatchGoogle(t *testing.T) {
 					enc := encoder{family: p.Family}
 					w := newRuleWriter(enc, tab.Name)
 					lt := &nftables.Table{Name: tab.Name, Family: tableFamily(p.Family)}
-					check := func(chain string, i int, r plan.IptRule, insert bool) {
+					check := func(chain string, i int, r iptplan.Rule, insert bool) {
 						where := fmt.Sprintf("%v %s %s rule %d (%+v)", p.Family, tab.Name, chain, i, r)
 						exprs, err := enc.rule(r)
 						if err != nil {
@@ -63,7 +64,7 @@ func TestRuleMessagesMatchGoogle(t *testing.T) {
 							check(c.Name, i, r, false)
 						}
 					}
-					for _, hook := range plan.BuiltinChains(tab.Name) {
+					for _, hook := range iptplan.BuiltinChains(tab.Name) {
 						for i, r := range tab.Builtin[hook] {
 							check(hook, i, r, true)
 						}

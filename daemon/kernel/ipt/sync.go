@@ -17,7 +17,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/nlattr"
 	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // builtinSpec is how iptables-nft creates a built-in chain: its type, hook and priority,
@@ -42,15 +42,15 @@ var builtinSpecs = map[string]map[string]builtinSpec{
 	},
 }
 
-func owned(chain string) bool { return strings.HasPrefix(chain, plan.IptPrefix) }
+func owned(chain string) bool { return strings.HasPrefix(chain, iptplan.Prefix) }
 
 // ownedRule reports whether a rule of a built-in chain is edgegate's: its comment, an
-// xtables comment match in iptables-nft 1.8.9, is one of plan.IptHookComments.
+// xtables comment match in iptables-nft 1.8.9, is one of iptplan.HookComments.
 func ownedRule(r *nftables.Rule) bool {
 	for _, e := range r.Exprs {
 		if m, ok := e.(*expr.Match); ok && m.Name == "comment" {
 			c, ok := m.Info.(*xt.Comment)
-			return ok && slices.Contains(plan.IptHookComments, string(*c))
+			return ok && slices.Contains(iptplan.HookComments, string(*c))
 		}
 	}
 	return false
@@ -94,7 +94,7 @@ func readTable(conn *nftables.Conn, t *nftables.Table) (tableState, error) {
 // walking the table's chains from the first, so listing 110,000 chains (10,000 Services)
 // took 5 s, longer than writing them. An edgegate chain deleted by hand since then fails
 // the apply that flushes it; the next apply is full and lists.
-func readKnown(conn *nftables.Conn, t *nftables.Table, last *plan.IptTable) (tableState, error) {
+func readKnown(conn *nftables.Conn, t *nftables.Table, last *iptplan.Table) (tableState, error) {
 	ts, err := newTableState(conn, t)
 	if err != nil || !ts.exists {
 		return ts, err
@@ -102,7 +102,7 @@ func readKnown(conn *nftables.Conn, t *nftables.Table, last *plan.IptTable) (tab
 	for _, c := range last.Chains {
 		ts.chains[c.Name] = &nftables.Chain{Name: c.Name, Table: t}
 	}
-	for _, hook := range plan.BuiltinChains(t.Name) {
+	for _, hook := range iptplan.BuiltinChains(t.Name) {
 		ok, err := chainExists(t, hook)
 		if err != nil {
 			return ts, err
@@ -177,11 +177,11 @@ type tableSync struct {
 	read  *nftables.Conn // reads what the kernel holds
 	table *nftables.Table
 	w     *ruleWriter
-	want  *plan.IptTable
+	want  *iptplan.Table
 	st    *Stats
 }
 
-func newTableSync(nb *nlbatch.Batch, read *nftables.Conn, f model.Family, want *plan.IptTable, st *Stats) *tableSync {
+func newTableSync(nb *nlbatch.Batch, read *nftables.Conn, f model.Family, want *iptplan.Table, st *Stats) *tableSync {
 	return &tableSync{nb: nb, conn: nb.Conn(), read: read, table: &nftables.Table{Name: want.Name, Family: tableFamily(f)},
 		w: newRuleWriter(encoder{family: f}, want.Name), want: want, st: st}
 }
@@ -192,7 +192,7 @@ func (s *tableSync) chain(name string) *nftables.Chain {
 
 // queueRule queues the message that appends r to chain, or with insert puts it at the
 // chain's top; i numbers it in errors.
-func (s *tableSync) queueRule(chain string, i int, r plan.IptRule, insert bool) error {
+func (s *tableSync) queueRule(chain string, i int, r iptplan.Rule, insert bool) error {
 	m, err := s.w.message(chain, r, insert)
 	if err == nil {
 		err = s.nb.Add(m)
@@ -203,7 +203,7 @@ func (s *tableSync) queueRule(chain string, i int, r plan.IptRule, insert bool) 
 	return nil
 }
 
-func (s *tableSync) addRules(c *plan.IptChain) error {
+func (s *tableSync) addRules(c *iptplan.Chain) error {
 	for i, r := range c.Rules {
 		if err := s.queueRule(c.Name, i, r, false); err != nil {
 			return err
@@ -217,7 +217,7 @@ func (s *tableSync) addRules(c *plan.IptChain) error {
 // full rewrites every edgegate chain of the table and replaces edgegate's rules in the
 // built-in chains, reading first what the kernel holds; with known (what the last apply
 // left in the table, when it succeeded) it lists no chains (readKnown).
-func (s *tableSync) full(known *plan.IptTable) error {
+func (s *tableSync) full(known *iptplan.Table) error {
 	var have tableState
 	var err error
 	if known != nil {
@@ -235,7 +235,7 @@ func (s *tableSync) full(known *plan.IptTable) error {
 	wanted := map[string]bool{}
 	for _, c := range s.want.Chains {
 		if !owned(c.Name) {
-			return fmt.Errorf("chain %s is not named %s*", c.Name, plan.IptPrefix)
+			return fmt.Errorf("chain %s is not named %s*", c.Name, iptplan.Prefix)
 		}
 		wanted[c.Name] = true
 	}
@@ -263,7 +263,7 @@ func (s *tableSync) full(known *plan.IptTable) error {
 			return err
 		}
 	}
-	for _, hook := range plan.BuiltinChains(s.want.Name) {
+	for _, hook := range iptplan.BuiltinChains(s.want.Name) {
 		if err := s.replaceBuiltin(have, hook); err != nil {
 			return err
 		}
@@ -312,20 +312,20 @@ func (s *tableSync) replaceBuiltin(have tableState, hook string) error {
 // still holds it: changed and gone chains are flushed first, new chains created, changed
 // ones refilled, built-in chains touched only when edgegate's rules there changed, and gone
 // chains deleted last, once nothing jumps to them.
-func (s *tableSync) partial(prev *plan.IptTable) error {
+func (s *tableSync) partial(prev *iptplan.Table) error {
 	// Sized up front: growing them was most of a one-change sync's time at 10,000 Services.
-	before := make(map[string]*plan.IptChain, len(prev.Chains))
+	before := make(map[string]*iptplan.Chain, len(prev.Chains))
 	for _, c := range prev.Chains {
 		before[c.Name] = c
 	}
 	wanted := make(map[string]bool, len(s.want.Chains))
-	var changed []*plan.IptChain
+	var changed []*iptplan.Chain
 	for _, c := range s.want.Chains {
 		if !owned(c.Name) {
-			return fmt.Errorf("chain %s is not named %s*", c.Name, plan.IptPrefix)
+			return fmt.Errorf("chain %s is not named %s*", c.Name, iptplan.Prefix)
 		}
 		wanted[c.Name] = true
-		// The same chain (plan.IPTPlanner reuses an unchanged service port's) has the
+		// The same chain (iptplan.Planner reuses an unchanged service port's) has the
 		// same rules.
 		if old, ok := before[c.Name]; !ok || old != c && !sameRules(old.Rules, c.Rules) {
 			changed = append(changed, c)
@@ -351,7 +351,7 @@ func (s *tableSync) partial(prev *plan.IptTable) error {
 		}
 	}
 	var hooks []string
-	for _, hook := range plan.BuiltinChains(s.want.Name) {
+	for _, hook := range iptplan.BuiltinChains(s.want.Name) {
 		if !reflect.DeepEqual(prev.Builtin[hook], s.want.Builtin[hook]) {
 			hooks = append(hooks, hook)
 		}
@@ -381,16 +381,16 @@ func (s *tableSync) partial(prev *plan.IptTable) error {
 // reflection: a partial sync at 10,000 Services compares 110,000 chains, and DeepEqual
 // took 350 ms of it. Every match and target type is comparable but CtState
 // (TestSameRulesKnowsEveryType).
-func sameRules(a, b []plan.IptRule) bool {
-	return slices.EqualFunc(a, b, func(x, y plan.IptRule) bool {
+func sameRules(a, b []iptplan.Rule) bool {
+	return slices.EqualFunc(a, b, func(x, y iptplan.Rule) bool {
 		return x.Src == y.Src && x.Dst == y.Dst && x.SrcNot == y.SrcNot && x.DstNot == y.DstNot && x.Proto == y.Proto &&
 			slices.EqualFunc(x.Matches, y.Matches, sameMatch) && x.Target == y.Target
 	})
 }
 
-func sameMatch(x, y plan.IptMatch) bool {
-	if cx, ok := x.(plan.CtState); ok {
-		cy, ok := y.(plan.CtState)
+func sameMatch(x, y iptplan.Match) bool {
+	if cx, ok := x.(iptplan.CtState); ok {
+		cy, ok := y.(iptplan.CtState)
 		return ok && slices.Equal(cx.States, cy.States)
 	}
 	return x == y

@@ -9,6 +9,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // TestSameRulesKnowsEveryType: every match and target the plans use is comparable or
@@ -22,14 +23,14 @@ func TestSameRulesKnowsEveryType(t *testing.T) {
 		return mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP(local, mt.OnNode("gw")), mt.EP(remote))
 	}
 	cfg := plan.Config{NodeName: "gw", MasqueradeAll: true}
-	a := plan.IPT(mt.Snapshot(svc("10.96.0.10", mt.Affinity(300), mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges("10.0.0.0/8")),
+	a := iptplan.Build(mt.Snapshot(svc("10.96.0.10", mt.Affinity(300), mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges("10.0.0.0/8")),
 		eps("10.200.2.11", "10.200.2.12")), model.IPv4, cfg)
-	b := plan.IPT(mt.Snapshot(svc("10.96.0.10", mt.ExternalLocal(32000), mt.LoadBalancerIPs("203.0.113.10")),
+	b := iptplan.Build(mt.Snapshot(svc("10.96.0.10", mt.ExternalLocal(32000), mt.LoadBalancerIPs("203.0.113.10")),
 		eps("10.200.2.11", "10.200.2.13")), model.IPv4, cfg)
 	types := map[reflect.Type]bool{}
 	compared, differ := 0, 0
 	for _, name := range []string{"nat", "filter"} {
-		chains := map[string]*plan.IptChain{}
+		chains := map[string]*iptplan.Chain{}
 		for _, c := range a.Table(name).Chains {
 			chains[c.Name] = c
 		}
@@ -53,7 +54,7 @@ func TestSameRulesKnowsEveryType(t *testing.T) {
 		}
 	}
 	for typ := range types {
-		if typ != reflect.TypeOf(plan.CtState{}) && !typ.Comparable() {
+		if typ != reflect.TypeOf(iptplan.CtState{}) && !typ.Comparable() {
 			t.Errorf("%v is not comparable: sameMatch must compare it itself", typ)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/google/nftables/xt"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
 
 // Info structs google/nftables has no type for, laid out byte for byte as iptables-nft
@@ -20,9 +20,9 @@ func putU32(b []byte, off int, v uint32) { copy(b[off:], binaryutil.NativeEndian
 // probability as a fraction of 2^31, and the kernel's private pointer. libxt_statistic's
 // final check copies every-minus-packet into nth.count even in random mode, so the
 // probability appears twice.
-func statisticInfo(s plan.Statistic) *xt.Unknown {
+func statisticInfo(s iptplan.Statistic) *xt.Unknown {
 	b := make(xt.Unknown, 24)
-	p := plan.StatisticFraction(s.Probability)
+	p := iptplan.StatisticFraction(s.Probability)
 	putU32(b, 4, p)
 	putU32(b, 12, p)
 	return &b
@@ -39,7 +39,7 @@ const (
 // recentInfo is xt_recent_mtinfo_v1: seconds, hit_count, check_set, invert, name[200],
 // side (0 = --rsource), then the address mask; iptables' default mask keeps the whole
 // address of the family.
-func recentInfo(r plan.Recent, f model.Family) (*xt.Unknown, error) {
+func recentInfo(r iptplan.Recent, f model.Family) (*xt.Unknown, error) {
 	if len(r.Name) >= recentNameLen {
 		return nil, fmt.Errorf("recent list name %q is too long", r.Name)
 	}
@@ -82,7 +82,7 @@ func sctpInfo(port uint16) *xt.Unknown {
 
 // markInfo is xt_mark_tginfo2 {mark, mask}: the new mark is (old & ^mask) ^ mark, so
 // --or-mark M is M/M and --xor-mark M is M/0.
-func markInfo(m plan.MarkTarget) *xt.Unknown {
+func markInfo(m iptplan.MarkTarget) *xt.Unknown {
 	b := make(xt.Unknown, 8)
 	putU32(b, 0, m.Mark)
 	if !m.Xor {

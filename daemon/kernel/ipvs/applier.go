@@ -11,7 +11,8 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // Applier programs IPVS mode's plans: the auxiliary nftables tables, the dummy interface
@@ -36,7 +37,7 @@ type Applier struct {
 	Release string
 	Links   ipvslink.Links
 	Aux     AuxRules
-	// Interface is the dummy interface; empty means plan.IPVSInterface.
+	// Interface is the dummy interface; empty means ipvsplan.Interface.
 	Interface string
 	// NodePorts is the node-port range; zero means DefaultNodePorts.
 	NodePorts PortRange
@@ -46,9 +47,9 @@ type Applier struct {
 	modules    map[string]bool
 	sysctlsSet bool
 	synced     bool // applied, vips and pending describe the kernel
-	applied    map[plan.VSKey]plan.VirtualServer
+	applied    map[ipvsplan.VSKey]ipvsplan.VirtualServer
 	vips       map[netip.Addr]bool
-	pending    map[plan.VSKey]bool
+	pending    map[ipvsplan.VSKey]bool
 }
 
 // Stats describes one apply.
@@ -73,7 +74,7 @@ type Stats struct {
 
 func (a *Applier) iface() string {
 	if a.Interface == "" {
-		return plan.IPVSInterface
+		return ipvsplan.Interface
 	}
 	return a.Interface
 }
@@ -85,7 +86,7 @@ func (a *Applier) nodePorts() PortRange {
 	return a.NodePorts
 }
 
-// NodeAddrs lists the node's addresses outside the dummy interface: plan.IPVSConfig's
+// NodeAddrs lists the node's addresses outside the dummy interface: ipvsplan.Config's
 // NodeAddrs.
 func (a *Applier) NodeAddrs() ([]netip.Addr, error) { return a.Links.NodeAddrs(a.iface()) }
 
@@ -99,7 +100,7 @@ func (a *Applier) Pending() bool {
 
 // Apply makes the kernel hold the plans (one per family). On error the next apply is
 // full; what could be applied stays applied (IPVS has no transactions).
-func (a *Applier) Apply(plans []*plan.IPVSPlan, full bool) (Stats, error) {
+func (a *Applier) Apply(plans []*ipvsplan.Plan, full bool) (Stats, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	full = full || !a.synced
@@ -109,7 +110,7 @@ func (a *Applier) Apply(plans []*plan.IPVSPlan, full bool) (Stats, error) {
 	if err != nil {
 		return st, err
 	}
-	tables := make([]*plan.Table, 0, len(plans))
+	tables := make([]*nftplan.Table, 0, len(plans))
 	for _, p := range plans {
 		tables = append(tables, p.Aux)
 	}
@@ -118,8 +119,8 @@ func (a *Applier) Apply(plans []*plan.IPVSPlan, full bool) (Stats, error) {
 	if err != nil {
 		return st, fmt.Errorf("auxiliary nftables rules: %w", err)
 	}
-	s := &applyPass{a: a, st: &st, want: map[plan.VSKey]plan.VirtualServer{}, wantVIPs: map[netip.Addr]bool{},
-		pending: map[plan.VSKey]bool{}}
+	s := &applyPass{a: a, st: &st, want: map[ipvsplan.VSKey]ipvsplan.VirtualServer{}, wantVIPs: map[netip.Addr]bool{},
+		pending: map[ipvsplan.VSKey]bool{}}
 	for _, p := range plans {
 		for _, vs := range p.Servers {
 			s.want[vs.VSKey] = vs
@@ -143,7 +144,7 @@ func (a *Applier) Apply(plans []*plan.IPVSPlan, full bool) (Stats, error) {
 // net/ipv4/vs sysctls exist only once ip_vs is loaded). A scheduler module that cannot be
 // loaded fails only the virtual servers that use it: it comes back as hint, for the
 // apply's error to explain.
-func (a *Applier) prepare(plans []*plan.IPVSPlan, full bool, st *Stats) (hint error, err error) {
+func (a *Applier) prepare(plans []*ipvsplan.Plan, full bool, st *Stats) (hint error, err error) {
 	if a.modules == nil {
 		a.modules = map[string]bool{}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // Test IP plan (the demo lab's): node "gw" with 10.200.1.1 and fd00:200:1::1 on eth0;
@@ -58,15 +59,15 @@ func ready3() *discovery.EndpointSlice {
 }
 
 // plans plans both families the way the IPVS dataplane does.
-func (f *fixture) plans(objs ...any) []*plan.IPVSPlan {
+func (f *fixture) plans(objs ...any) []*ipvsplan.Plan {
 	f.t.Helper()
 	addrs, err := f.a.NodeAddrs()
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cfg := plan.IPVSConfig{Config: plan.Config{NodeName: "gw"}, NodeAddrs: addrs}
+	cfg := ipvsplan.Config{Config: plan.Config{NodeName: "gw"}, NodeAddrs: addrs}
 	snap := mt.Snapshot(objs...)
-	return []*plan.IPVSPlan{plan.IPVS(snap, model.IPv4, cfg), plan.IPVS(snap, model.IPv6, cfg)}
+	return []*ipvsplan.Plan{ipvsplan.Build(snap, model.IPv4, cfg), ipvsplan.Build(snap, model.IPv6, cfg)}
 }
 
 func (f *fixture) apply(full bool, objs ...any) Stats {
@@ -78,10 +79,10 @@ func (f *fixture) apply(full bool, objs ...any) Stats {
 	return st
 }
 
-func key(s string) plan.VSKey {
+func key(s string) ipvsplan.VSKey {
 	proto, ap, _ := strings.Cut(s, " ")
 	p := netip.MustParseAddrPort(ap)
-	return plan.VSKey{Addr: p.Addr(), Proto: model.Protocol(proto), Port: p.Port()}
+	return ipvsplan.VSKey{Addr: p.Addr(), Proto: model.Protocol(proto), Port: p.Port()}
 }
 
 func TestApplyProgramsThePlan(t *testing.T) {
@@ -440,7 +441,7 @@ func TestModulesAndSchedulers(t *testing.T) {
 	delete(fail, "ip_vs")
 	fail["ip_vs_mh"] = errors.New("kernel module ip_vs_mh: not built in and not in modules.dep")
 	hashed := mt.Service("default", "hashed", "10.96.0.20", mt.Port("", v1.ProtocolTCP, 80, 80, 0))
-	hashed.Annotations = map[string]string{plan.SchedulerAnnotation: "mh"}
+	hashed.Annotations = map[string]string{ipvsplan.SchedulerAnnotation: "mh"}
 	f.ipvs.Fail = func(c string) error {
 		if strings.HasPrefix(c, "NewService TCP 10.96.0.20:80 mh") {
 			return fmt.Errorf("create virtual server: %w", unix.ENOENT)

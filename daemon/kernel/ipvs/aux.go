@@ -6,13 +6,14 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/edgegate/edgegate/daemon/kernel/nft"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
-// AuxRules programs the auxiliary nftables tables (plan.IPVSTableName): nft.Ruleset's
+// AuxRules programs the auxiliary nftables tables (ipvsplan.TableName): nft.Ruleset's
 // Apply, and a cleanup of those tables only (nftables mode's Cleanup removes its own).
 type AuxRules interface {
-	Apply(tables []*plan.Table, full bool) (nft.Stats, error)
+	Apply(tables []*nftplan.Table, full bool) (nft.Stats, error)
 	DeleteTables() error
 }
 
@@ -26,7 +27,7 @@ var _ AuxRules = KernelAux{}
 func NewKernelAux() KernelAux { return KernelAux{nft.New()} }
 
 // Apply implements AuxRules.
-func (k KernelAux) Apply(tables []*plan.Table, full bool) (nft.Stats, error) {
+func (k KernelAux) Apply(tables []*nftplan.Table, full bool) (nft.Stats, error) {
 	return k.rules.Apply(tables, full)
 }
 
@@ -43,7 +44,7 @@ func (KernelAux) DeleteTables() error {
 	}
 	n := 0
 	for _, t := range tables {
-		if t.Name == plan.IPVSTableName && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) {
+		if t.Name == ipvsplan.TableName && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) {
 			conn.DelTable(t)
 			n++
 		}
@@ -52,7 +53,7 @@ func (KernelAux) DeleteTables() error {
 		return nil
 	}
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("delete tables %s: %w", plan.IPVSTableName, err)
+		return fmt.Errorf("delete tables %s: %w", ipvsplan.TableName, err)
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 func nftList(t *testing.T, ns string) string {
@@ -29,11 +31,11 @@ func nftList(t *testing.T, ns string) string {
 // without touching nftables mode's table.
 func TestAuxTablesInTheKernel(t *testing.T) {
 	kerneltest.InNetns(t, "egaux", func(ns string) {
-		cfg := plan.IPVSConfig{Config: plan.Config{NodeName: "gw", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.2.0/24")}},
+		cfg := ipvsplan.Config{Config: plan.Config{NodeName: "gw", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.2.0/24")}},
 			NodeAddrs: []netip.Addr{netip.MustParseAddr("10.200.1.1"), netip.MustParseAddr("fd00:200:1::1")}}
-		plans := func(objs ...any) []*plan.Table {
+		plans := func(objs ...any) []*nftplan.Table {
 			snap := mt.Snapshot(objs...)
-			return []*plan.Table{plan.IPVS(snap, model.IPv4, cfg).Aux, plan.IPVS(snap, model.IPv6, cfg).Aux}
+			return []*nftplan.Table{ipvsplan.Build(snap, model.IPv4, cfg).Aux, ipvsplan.Build(snap, model.IPv6, cfg).Aux}
 		}
 		svc := web(mt.SourceRanges("10.200.1.0/24"), mt.ExternalLocal(32000))
 		empty := mt.Service("default", "empty", "10.96.0.30", mt.Port("", v1.ProtocolTCP, 443, 8443, 30443), mt.Type(v1.ServiceTypeNodePort))
@@ -68,7 +70,7 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 			t.Errorf("incremental apply did not converge:\n%s", out)
 		}
 		// nftables mode's table must survive IPVS mode's cleanup.
-		if _, err := nft.New().Apply([]*plan.Table{plan.NFT(mt.Snapshot(web(), ready3()), model.IPv4, cfg.Config)}, true); err != nil {
+		if _, err := nft.New().Apply([]*nftplan.Table{nftplan.Build(mt.Snapshot(web(), ready3()), model.IPv4, cfg.Config)}, true); err != nil {
 			t.Fatal(err)
 		}
 		if err := aux.DeleteTables(); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // Fake is an in-memory IPVS table for tests. It records every call, can fail like the
@@ -18,7 +18,7 @@ import (
 // (Mangle).
 type Fake struct {
 	mu       sync.Mutex
-	services map[plan.VSKey]*fakeEntry
+	services map[ipvsplan.VSKey]*fakeEntry
 	// Calls lists every call made, as "NewService TCP 10.96.0.10:80" and the like.
 	Calls []string
 	// Fail, when it returns an error for a call ("NewService TCP  10.96.0.10:80"), makes
@@ -39,7 +39,7 @@ type fakeEntry struct {
 var _ IPVS = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
-func NewFake() *Fake { return &Fake{services: map[plan.VSKey]*fakeEntry{}} }
+func NewFake() *Fake { return &Fake{services: map[ipvsplan.VSKey]*fakeEntry{}} }
 
 func (f *Fake) call(name string, parts ...any) error {
 	c := name
@@ -74,7 +74,7 @@ func (f *Fake) Reset() {
 }
 
 // SetConns sets a real server's connection counts, as traffic would.
-func (f *Fake) SetConns(k plan.VSKey, real netip.AddrPort, active, inactive int) {
+func (f *Fake) SetConns(k ipvsplan.VSKey, real netip.AddrPort, active, inactive int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e := f.services[k]; e != nil {
@@ -257,7 +257,7 @@ func (f *Fake) Flush() error {
 		return err
 	}
 	if !f.Silent {
-		f.services = map[plan.VSKey]*fakeEntry{}
+		f.services = map[ipvsplan.VSKey]*fakeEntry{}
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvslink"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // ErrNotAvailable is returned when the kernel has no IPVS: ip_vs is neither built in nor
@@ -22,7 +22,7 @@ var ErrNotAvailable = ipvslink.ErrNotAvailable
 // Service is an IPVS virtual server as edgegate sees it. Virtual servers keyed by firewall
 // mark, or of a protocol other than TCP, UDP and SCTP, are never edgegate's and are left out.
 type Service struct {
-	plan.VSKey
+	ipvsplan.VSKey
 	Scheduler string
 	// Timeout is the persistence timeout in seconds; 0 means not persistent. Persistence
 	// is always per client address (netmask /32 or /128).

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // IPVS service flags (include/uapi/linux/ip_vs.h).
@@ -143,7 +143,7 @@ func fromMobyService(ms *moby.Service) (Service, bool) {
 	if !ok || !okAddr || ms.FWMark != 0 {
 		return Service{}, false
 	}
-	s := Service{VSKey: plan.VSKey{Addr: a.Unmap(), Proto: proto, Port: ms.Port}, Scheduler: ms.SchedName,
+	s := Service{VSKey: ipvsplan.VSKey{Addr: a.Unmap(), Proto: proto, Port: ms.Port}, Scheduler: ms.SchedName,
 		Stats: Counters{Connections: ms.Stats.Connections, PacketsIn: ms.Stats.PacketsIn, PacketsOut: ms.Stats.PacketsOut,
 			BytesIn: ms.Stats.BytesIn, BytesOut: ms.Stats.BytesOut}}
 	if ms.Flags&flagPersistent != 0 {

@@ -9,18 +9,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // The converters at the moby/ipvs edge: what the kernel is sent and what is read back.
 func TestMobyConversion(t *testing.T) {
-	v4 := Service{VSKey: plan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}, Scheduler: "sh", Timeout: 300}
+	v4 := Service{VSKey: ipvsplan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}, Scheduler: "sh", Timeout: 300}
 	m := toMobyService(v4)
 	if m.AddressFamily != unix.AF_INET || m.Protocol != unix.IPPROTO_TCP || m.Port != 80 || m.SchedName != "sh" ||
 		m.Flags != flagPersistent || m.Timeout != 300 || m.Netmask != 0xffffffff || !m.Address.Equal(net.ParseIP("10.96.0.10")) {
 		t.Errorf("IPv4 persistent service: %+v", m)
 	}
-	v6 := Service{VSKey: plan.VSKey{Addr: netip.MustParseAddr("fd00:96::10"), Proto: model.SCTP, Port: 80}, Scheduler: "rr"}
+	v6 := Service{VSKey: ipvsplan.VSKey{Addr: netip.MustParseAddr("fd00:96::10"), Proto: model.SCTP, Port: 80}, Scheduler: "rr"}
 	m = toMobyService(v6)
 	if m.AddressFamily != unix.AF_INET6 || m.Protocol != unix.IPPROTO_SCTP || m.Flags != 0 || m.Timeout != 0 || m.Netmask != 128 {
 		t.Errorf("IPv6 service: %+v", m)
@@ -54,9 +54,9 @@ func TestMobyConversion(t *testing.T) {
 func TestListAndFormat(t *testing.T) {
 	f := NewFake()
 	for _, s := range []Service{
-		{VSKey: plan.VSKey{Addr: netip.MustParseAddr("fd00:96::10"), Proto: model.TCP, Port: 80}, Scheduler: "rr"},
-		{VSKey: plan.VSKey{Addr: netip.MustParseAddr("10.96.0.53"), Proto: model.UDP, Port: 53}, Scheduler: "rr"},
-		{VSKey: plan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}, Scheduler: "sh", Timeout: 300},
+		{VSKey: ipvsplan.VSKey{Addr: netip.MustParseAddr("fd00:96::10"), Proto: model.TCP, Port: 80}, Scheduler: "rr"},
+		{VSKey: ipvsplan.VSKey{Addr: netip.MustParseAddr("10.96.0.53"), Proto: model.UDP, Port: 53}, Scheduler: "rr"},
+		{VSKey: ipvsplan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}, Scheduler: "sh", Timeout: 300},
 	} {
 		if err := f.NewService(s); err != nil {
 			t.Fatal(err)

@@ -10,29 +10,29 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
 // applyPass is the virtual server and address work of one Apply.
 type applyPass struct {
 	a        *Applier
 	st       *Stats
-	want     map[plan.VSKey]plan.VirtualServer
-	order    []plan.VSKey
+	want     map[ipvsplan.VSKey]ipvsplan.VirtualServer
+	order    []ipvsplan.VSKey
 	wantVIPs map[netip.Addr]bool
-	pending  map[plan.VSKey]bool
+	pending  map[ipvsplan.VSKey]bool
 
 	errs      []error
-	touched   []plan.VSKey // created or updated: read back
-	deleted   []plan.VSKey
-	destCheck map[plan.VSKey]map[netip.AddrPort]int // expected weights; -1: removed
+	touched   []ipvsplan.VSKey // created or updated: read back
+	deleted   []ipvsplan.VSKey
+	destCheck map[ipvsplan.VSKey]map[netip.AddrPort]int // expected weights; -1: removed
 }
 
 func (s *applyPass) fail(err error) { s.errs = append(s.errs, err) }
 
 func (s *applyPass) run(full bool) error {
 	a := s.a
-	s.destCheck = map[plan.VSKey]map[netip.AddrPort]int{}
+	s.destCheck = map[ipvsplan.VSKey]map[netip.AddrPort]int{}
 	have := a.vips
 	if full || have == nil {
 		if err := a.Links.EnsureDummy(a.iface()); err != nil {
@@ -87,16 +87,16 @@ func sortedAddrs(m map[netip.Addr]bool) []netip.Addr {
 	return out
 }
 
-func toService(vs plan.VirtualServer) Service {
+func toService(vs ipvsplan.VirtualServer) Service {
 	return Service{VSKey: vs.VSKey, Scheduler: vs.Scheduler, Timeout: vs.Timeout}
 }
 
-func sameService(s Service, vs plan.VirtualServer) bool {
+func sameService(s Service, vs ipvsplan.VirtualServer) bool {
 	return s.Scheduler == vs.Scheduler && s.Timeout == vs.Timeout
 }
 
 // owned reports whether a virtual server in the kernel is edgegate's.
-func (a *Applier) owned(k plan.VSKey, dummy, node map[netip.Addr]bool) bool {
+func (a *Applier) owned(k ipvsplan.VSKey, dummy, node map[netip.Addr]bool) bool {
 	_, mine := a.applied[k]
 	return mine || dummy[k.Addr] || node[k.Addr] && a.nodePorts().Contains(k.Port)
 }
@@ -109,7 +109,7 @@ func (s *applyPass) full(dummy map[netip.Addr]bool) {
 		s.fail(err)
 		return
 	}
-	have := map[plan.VSKey]Service{}
+	have := map[ipvsplan.VSKey]Service{}
 	for _, k := range kernel {
 		have[k.VSKey] = k
 	}
@@ -165,16 +165,16 @@ func (s *applyPass) partial() {
 	}
 }
 
-func sortedKeys(m map[plan.VSKey]plan.VirtualServer) []plan.VSKey {
-	out := make([]plan.VSKey, 0, len(m))
+func sortedKeys(m map[ipvsplan.VSKey]ipvsplan.VirtualServer) []ipvsplan.VSKey {
+	out := make([]ipvsplan.VSKey, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
-	slices.SortFunc(out, plan.VSKey.Compare)
+	slices.SortFunc(out, ipvsplan.VSKey.Compare)
 	return out
 }
 
-func (s *applyPass) create(vs plan.VirtualServer) {
+func (s *applyPass) create(vs ipvsplan.VirtualServer) {
 	err := s.a.table.NewService(toService(vs))
 	if exists(err) {
 		// Left by an earlier run, or made by hand: take it over.
@@ -191,7 +191,7 @@ func (s *applyPass) create(vs plan.VirtualServer) {
 	s.reals(vs, false)
 }
 
-func (s *applyPass) update(vs plan.VirtualServer) {
+func (s *applyPass) update(vs ipvsplan.VirtualServer) {
 	if err := s.a.table.UpdateService(toService(vs)); err != nil {
 		s.fail(schedulerHint(err, vs))
 		return
@@ -210,7 +210,7 @@ func (s *applyPass) del(svc Service) {
 }
 
 // schedulerHint explains the kernel's ENOENT for a scheduler it cannot find.
-func schedulerHint(err error, vs plan.VirtualServer) error {
+func schedulerHint(err error, vs ipvsplan.VirtualServer) error {
 	if errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("%w (scheduler %s: is kernel module ip_vs_%s loaded?)", err, vs.Scheduler, vs.Scheduler)
 	}
@@ -222,7 +222,7 @@ func schedulerHint(err error, vs plan.VirtualServer) error {
 // drained: set to weight 0 while it has connections, removed once it has none. UDP and
 // SCTP have no graceful termination: theirs are removed at once, and expire_nodest_conn
 // ends their flows.
-func (s *applyPass) reals(vs plan.VirtualServer, read bool) {
+func (s *applyPass) reals(vs ipvsplan.VirtualServer, read bool) {
 	svc := toService(vs)
 	var have []Destination
 	if read {
@@ -284,7 +284,7 @@ func (s *applyPass) reals(vs plan.VirtualServer, read bool) {
 	}
 }
 
-func (s *applyPass) draining(k plan.VSKey) {
+func (s *applyPass) draining(k ipvsplan.VSKey) {
 	s.pending[k] = true
 	s.st.Draining++
 }
@@ -305,7 +305,7 @@ func (s *applyPass) readBack() {
 			s.fail(fmt.Errorf("read back: %w", err))
 			return
 		}
-		got := map[plan.VSKey]Service{}
+		got := map[ipvsplan.VSKey]Service{}
 		for _, svc := range svcs {
 			got[svc.VSKey] = svc
 		}
@@ -326,7 +326,7 @@ func (s *applyPass) readBack() {
 			}
 		}
 	}
-	changed := slices.SortedFunc(maps.Keys(s.destCheck), plan.VSKey.Compare)
+	changed := slices.SortedFunc(maps.Keys(s.destCheck), ipvsplan.VSKey.Compare)
 	step := max(1, (len(changed)+readBackDests-1)/readBackDests)
 	for i := 0; i < len(changed); i += step {
 		k := changed[i]

@@ -12,13 +12,13 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
 func vs(addr string, proto model.Protocol, port uint16, c ipvs.Counters, dests ...ipvs.Destination) ipvs.Entry {
 	return ipvs.Entry{
-		Service:      ipvs.Service{VSKey: plan.VSKey{Addr: netip.MustParseAddr(addr), Proto: proto, Port: port}, Scheduler: "rr", Stats: c},
+		Service:      ipvs.Service{VSKey: ipvsplan.VSKey{Addr: netip.MustParseAddr(addr), Proto: proto, Port: port}, Scheduler: "rr", Stats: c},
 		Destinations: dests,
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // TestReadBackProgrammedTable programs the nftables mode's table in a throwaway namespace
@@ -28,8 +29,8 @@ func TestReadBackProgrammedTable(t *testing.T) {
 			mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.0.1.1"), mt.EP("10.0.1.2"), mt.EP("10.0.1.3")))
 		// The dispatch split over tables (one endpoint a table): the counters are read from
 		// all of them, and the connection below is DNATed by a shard's chains.
-		table := plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"})
-		tables := (&plan.NFTShards{PerTable: 1}).Split(table)
+		table := nftplan.Build(snap, model.IPv4, plan.Config{NodeName: "gw"})
+		tables := (&nftplan.Shards{PerTable: 1}).Split(table)
 		if len(tables) < 3 {
 			t.Fatalf("split into %d tables, want the main table and shards", len(tables))
 		}
@@ -55,7 +56,7 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if conn, err := net.DialTimeout("tcp", "10.96.0.10:80", 100*time.Millisecond); err == nil {
 			conn.Close()
 		}
-		got, err := k.Counters(model.IPv4, plan.NFTModeTable)
+		got, err := k.Counters(model.IPv4, nftplan.ModeTable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if slices.Sort(want); !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
 			t.Errorf("counters read back %v, want the plan's %v", slices.Sorted(maps.Keys(got)), want)
 		}
-		svc, picked := got["service-"+plan.ChainBase(snap.Sorted()[0].Name)], 0
+		svc, picked := got["service-"+nftplan.ChainBase(snap.Sorted()[0].Name)], 0
 		for name, c := range got {
 			if strings.HasPrefix(name, "endpoint-") && c.Packets > 0 {
 				picked++
@@ -79,7 +80,7 @@ func TestReadBackProgrammedTable(t *testing.T) {
 		if svc.Packets == 0 || svc.Bytes == 0 || picked != 1 {
 			t.Errorf("after one connection: service counter %+v, %d endpoint counters counted; want the service's and one endpoint's (%v)", svc, picked, got)
 		}
-		if none, err := k.Counters(model.IPv6, plan.NFTModeTable); err != nil || len(none) != 0 {
+		if none, err := k.Counters(model.IPv6, nftplan.ModeTable); err != nil || len(none) != 0 {
 			t.Errorf("a family without the table: %v %v, want no counters and no error", none, err)
 		}
 		tr, err := (&NFTTraffic{Counters: k, Families: []model.Family{model.IPv4, model.IPv6}}).Traffic(snap)

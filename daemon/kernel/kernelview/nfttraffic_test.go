@@ -7,14 +7,14 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
 type fakeCounters map[model.Family]map[string]view.BackendTraffic
 
 func (f fakeCounters) Counters(fam model.Family, tables func(string) bool) (map[string]view.BackendTraffic, error) {
-	if !tables(plan.TableName) {
+	if !tables(nftplan.TableName) {
 		return nil, nil
 	}
 	return f[fam], nil
@@ -26,8 +26,8 @@ func TestNFTTrafficByPlanNames(t *testing.T) {
 		mt.Slice("default", "web-4", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.0.1.1"), mt.EP("10.0.1.2")),
 		mt.Slice("default", "web-6", "web", "http", v1.ProtocolTCP, 8080, mt.EP("fd00:1::1")))
 	sp := snap.Sorted()[0]
-	svc := "service-" + plan.ChainBase(sp.Name)
-	ep := func(i int) string { return plan.EndpointChain(sp.Name, sp.Endpoints[i]) }
+	svc := "service-" + nftplan.ChainBase(sp.Name)
+	ep := func(i int) string { return nftplan.EndpointChain(sp.Name, sp.Endpoints[i]) }
 	c := fakeCounters{
 		model.IPv4: {svc: {Packets: 5, Bytes: 300}, ep(0): {Packets: 3, Bytes: 180}, ep(1): {Packets: 2, Bytes: 120}, "unrelated": {Packets: 99}},
 		model.IPv6: {svc: {Packets: 1, Bytes: 80}, ep(2): {Packets: 1, Bytes: 80}},

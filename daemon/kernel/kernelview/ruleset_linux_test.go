@@ -15,6 +15,8 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
@@ -69,7 +71,7 @@ func TestRulesetShowsForeignRules(t *testing.T) {
 	needTool(t, "iptables-nft")
 	kerneltest.InNetns(t, "egview", func(ns string) {
 		snap := webSnapshot()
-		if _, err := nft.New().Apply([]*plan.Table{plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
+		if _, err := nft.New().Apply([]*nftplan.Table{nftplan.Build(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
 			t.Fatal(err)
 		}
 		inNetns(t, ns, `table inet foreign {
@@ -123,7 +125,7 @@ func TestRulesetShowsForeignRules(t *testing.T) {
 func TestIPTablesReadBack(t *testing.T) {
 	kerneltest.InNetns(t, "egview", func(ns string) {
 		snap := webSnapshot()
-		if _, err := ipt.New().Apply([]*plan.IPTables{plan.IPT(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
+		if _, err := ipt.New().Apply([]*iptplan.Tables{iptplan.Build(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
 			t.Fatal(err)
 		}
 		contains(t, "the iptables mode's tables read back", render(t, RenderIPTables),
@@ -143,7 +145,7 @@ func TestIPTablesReadBack(t *testing.T) {
 func BenchmarkRenderNFT(b *testing.B) {
 	kerneltest.InNetns(b, "egview", func(string) {
 		snap := mt.Snapshot(mt.BenchObjects(10000, 10)...)
-		if _, err := nft.New().Apply([]*plan.Table{plan.NFT(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
+		if _, err := nft.New().Apply([]*nftplan.Table{nftplan.Build(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {
 			b.Fatal(err)
 		}
 		// Sub-benchmarks would run on other threads, outside the namespace: one loop.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
@@ -100,7 +100,7 @@ type NFTCounters interface {
 
 // NFTTraffic is the nftables mode's traffic: the plan gives the first rule of every
 // service chain and the DNAT rule of every endpoint a counter, labelled by the rule's
-// comment (see plan.Counter, plan.EndpointChain). A rule's counter restarts from zero
+// comment (see plan.Counter, nftplan.EndpointChain). A rule's counter restarts from zero
 // whenever its chain is written again (a full sync, a change of that service's endpoints);
 // NFTTraffic carries the counts across, so the numbers it reports never go back (what a
 // restart loses between two samples stays lost).
@@ -117,7 +117,7 @@ type NFTTraffic struct {
 func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]view.ServiceTraffic, error) {
 	raw := map[string]view.BackendTraffic{}
 	for _, f := range n.Families {
-		c, err := n.Counters.Counters(f, plan.NFTModeTable)
+		c, err := n.Counters.Counters(f, nftplan.ModeTable)
 		if err != nil {
 			return nil, fmt.Errorf("%s counters of the nftables tables: %w", f, err)
 		}
@@ -149,9 +149,9 @@ func (n *NFTTraffic) Traffic(snap *model.Snapshot) (map[string]view.ServiceTraff
 	}
 	out := map[string]view.ServiceTraffic{}
 	for _, sp := range snap.Sorted() {
-		st := view.ServiceTraffic{BackendTraffic: firstPackets(all["service-"+plan.ChainBase(sp.Name)]), Backends: map[string]view.BackendTraffic{}}
+		st := view.ServiceTraffic{BackendTraffic: firstPackets(all["service-"+nftplan.ChainBase(sp.Name)]), Backends: map[string]view.BackendTraffic{}}
 		for _, e := range sp.Endpoints {
-			st.Backends[e.String()] = firstPackets(all[plan.EndpointChain(sp.Name, e)])
+			st.Backends[e.String()] = firstPackets(all[nftplan.EndpointChain(sp.Name, e)])
 		}
 		out[sp.Name.String()] = st
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // BenchmarkFullSync is one full sync, planning and the transaction, at the sizes of issue
@@ -23,7 +24,7 @@ func BenchmarkFullSync(b *testing.B) {
 				reset = nil
 			}
 			kerneltest.SyncLoop(b, reset, func() error {
-				_, err := k.Apply((&plan.NFTShards{PerTable: plan.DefaultPerTable}).Split(plan.NFT(snap, model.IPv4, cfg)), true)
+				_, err := k.Apply((&nftplan.Shards{PerTable: nftplan.DefaultPerTable}).Split(nftplan.Build(snap, model.IPv4, cfg)), true)
 				return err
 			})
 		})
@@ -31,13 +32,13 @@ func BenchmarkFullSync(b *testing.B) {
 }
 
 // BenchmarkOneEndpointChange is the sync after one endpoint of one Service changed, over a
-// table holding the rest, as the daemon runs it: the tracker's snapshot, NFTPlanner (which
+// table holding the rest, as the daemon runs it: the tracker's snapshot, nftplan.Planner (which
 // re-plans the changed service port only), the diff against the last apply and the few
 // messages that differ.
 func BenchmarkOneEndpointChange(b *testing.B) {
 	kerneltest.OneChangeBenchmarks(b, [][2]int{{1000, 10}, {10000, 10}}, inNetns, func() func(*model.Snapshot, bool) error {
-		k, p, cfg := New(), &plan.NFTPlanner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
-		s := &plan.NFTShards{PerTable: plan.DefaultPerTable} // as the daemon splits
+		k, p, cfg := New(), &nftplan.Planner{Family: model.IPv4}, plan.Config{NodeName: "gw"}
+		s := &nftplan.Shards{PerTable: nftplan.DefaultPerTable} // as the daemon splits
 		return func(snap *model.Snapshot, full bool) error {
 			_, err := k.Apply(s.Split(p.Plan(snap, cfg)), full)
 			return err

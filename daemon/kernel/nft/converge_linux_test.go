@@ -15,6 +15,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // randomState is one desired state: a few services, each with a random subset of
@@ -126,7 +127,7 @@ func TestPartialSyncsConverge(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
 		for i, s := range states {
-			st, err := k.Apply([]*plan.Table{plan.NFT(s, model.IPv4, cfg)}, i == 0)
+			st, err := k.Apply([]*nftplan.Table{nftplan.Build(s, model.IPv4, cfg)}, i == 0)
 			if err != nil {
 				t.Fatalf("state %d: %v", i, err)
 			}
@@ -137,7 +138,7 @@ func TestPartialSyncsConverge(t *testing.T) {
 		incremental = normalized(t, ns)
 	})
 	inNetns(t, func(ns string) {
-		if _, err := New().Apply([]*plan.Table{plan.NFT(states[len(states)-1], model.IPv4, cfg)}, true); err != nil {
+		if _, err := New().Apply([]*nftplan.Table{nftplan.Build(states[len(states)-1], model.IPv4, cfg)}, true); err != nil {
 			t.Fatal(err)
 		}
 		fresh = normalized(t, ns)
@@ -148,13 +149,13 @@ func TestPartialSyncsConverge(t *testing.T) {
 }
 
 // TestPlannerPartialSyncsConverge is TestPartialSyncsConverge as the daemon syncs: a
-// tracker and NFTPlanner, whose deltas list the hairpin elements they change, over
+// tracker and nftplan.Planner, whose deltas list the hairpin elements they change, over
 // services that share their endpoints (and so the elements).
 func TestPlannerPartialSyncsConverge(t *testing.T) {
 	r := rand.New(rand.NewSource(2))
 	cfg := plan.Config{NodeName: "gw"}
 	tr := model.NewTracker()
-	p := &plan.NFTPlanner{Family: model.IPv4}
+	p := &nftplan.Planner{Family: model.IPv4}
 	var last *model.Snapshot
 	var incremental, fresh string
 	inNetns(t, func(ns string) {
@@ -162,14 +163,14 @@ func TestPlannerPartialSyncsConverge(t *testing.T) {
 		for i := 0; i < 25; i++ {
 			replaceObjects(tr, randomObjects(r, true))
 			last, _ = tr.Snapshot()
-			if _, err := k.Apply([]*plan.Table{p.Plan(last, cfg)}, i == 0); err != nil {
+			if _, err := k.Apply([]*nftplan.Table{p.Plan(last, cfg)}, i == 0); err != nil {
 				t.Fatalf("state %d: %v", i, err)
 			}
 		}
 		incremental = normalized(t, ns)
 	})
 	inNetns(t, func(ns string) {
-		if _, err := New().Apply([]*plan.Table{plan.NFT(last, model.IPv4, cfg)}, true); err != nil {
+		if _, err := New().Apply([]*nftplan.Table{nftplan.Build(last, model.IPv4, cfg)}, true); err != nil {
 			t.Fatal(err)
 		}
 		fresh = normalized(t, ns)
@@ -206,7 +207,7 @@ func TestFullSyncRepairsTampering(t *testing.T) {
 	snap := demoSnapshot()
 	inNetns(t, func(ns string) {
 		k := New()
-		tables := []*plan.Table{plan.NFT(snap, model.IPv4, cfg)}
+		tables := []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg)}
 		if _, err := k.Apply(tables, true); err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +241,7 @@ func TestFullSyncRepairsTampering(t *testing.T) {
 // left, with named counters that a rule uses: the first full sync of a process removes
 // them, and the table is exactly the planned one.
 func TestFirstFullSyncDeletesNamedCounters(t *testing.T) {
-	tables := []*plan.Table{plan.NFT(demoSnapshot(), model.IPv4, plan.Config{NodeName: "gw"})}
+	tables := []*nftplan.Table{nftplan.Build(demoSnapshot(), model.IPv4, plan.Config{NodeName: "gw"})}
 	inNetns(t, func(ns string) {
 		if _, err := New().Apply(tables, true); err != nil {
 			t.Fatal(err)
@@ -283,10 +284,10 @@ func TestPartialSyncTouchesOnlyWhatChanged(t *testing.T) {
 	cfg := plan.Config{NodeName: "gw"}
 	inNetns(t, func(ns string) {
 		k := New()
-		if _, err := k.Apply([]*plan.Table{plan.NFT(build("10.200.0.12"), model.IPv4, cfg)}, true); err != nil {
+		if _, err := k.Apply([]*nftplan.Table{nftplan.Build(build("10.200.0.12"), model.IPv4, cfg)}, true); err != nil {
 			t.Fatal(err)
 		}
-		st, err := k.Apply([]*plan.Table{plan.NFT(build("10.200.0.13"), model.IPv4, cfg)}, false)
+		st, err := k.Apply([]*nftplan.Table{nftplan.Build(build("10.200.0.13"), model.IPv4, cfg)}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +325,7 @@ func normalizedAll(t *testing.T, ns string) string {
 }
 
 // TestSplitPartialSyncsConverge is TestPlannerPartialSyncsConverge with the dispatch split
-// over tables (plan.NFTShards) at a few endpoints a table, so that the states' sizes grow
+// over tables (nftplan.Shards) at a few endpoints a table, so that the states' sizes grow
 // and shrink the split: incremental syncs, which move Services between tables and delete
 // the tables a smaller split no longer uses, end where a full sync of the last state puts a
 // fresh namespace; and a full sync into a namespace holding a larger split's tables
@@ -333,8 +334,8 @@ func TestSplitPartialSyncsConverge(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
 	cfg := plan.Config{NodeName: "gw"}
 	tr := model.NewTracker()
-	p := &plan.NFTPlanner{Family: model.IPv4}
-	s := &plan.NFTShards{PerTable: 3}
+	p := &nftplan.Planner{Family: model.IPv4}
+	s := &nftplan.Shards{PerTable: 3}
 	var last *model.Snapshot
 	var incremental, fresh string
 	splits := map[int]bool{}
@@ -364,10 +365,10 @@ func TestSplitPartialSyncsConverge(t *testing.T) {
 	}
 	// The same sharder splits the last state from scratch (a table without a Delta), at the
 	// number of tables it has come to.
-	want := s.Split(plan.NFT(last, model.IPv4, cfg))
+	want := s.Split(nftplan.Build(last, model.IPv4, cfg))
 	inNetns(t, func(ns string) {
 		// A larger split's tables first, as a run with more Services would have left them.
-		big := (&plan.NFTShards{PerTable: 1}).Split(plan.NFT(last, model.IPv4, cfg))
+		big := (&nftplan.Shards{PerTable: 1}).Split(nftplan.Build(last, model.IPv4, cfg))
 		if len(big) <= len(want) {
 			t.Fatalf("a split at 1 endpoint a table has %d tables, the last state's %d", len(big), len(want))
 		}

@@ -3,17 +3,17 @@ package nft
 import (
 	"github.com/google/nftables"
 
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // diffElems returns the elements to delete and to add; an element whose verdict changed
 // is deleted and added again.
-func diffElems(old, cur []plan.Elem) (del, add []plan.Elem) {
-	have := make(map[plan.Key]plan.Verdict, len(old))
+func diffElems(old, cur []nftplan.Elem) (del, add []nftplan.Elem) {
+	have := make(map[nftplan.Key]nftplan.Verdict, len(old))
 	for _, e := range old {
 		have[e.Key] = e.Verdict
 	}
-	want := make(map[plan.Key]plan.Verdict, len(cur))
+	want := make(map[nftplan.Key]nftplan.Verdict, len(cur))
 	for _, e := range cur {
 		want[e.Key] = e.Verdict
 		if v, ok := have[e.Key]; !ok || v != e.Verdict {

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // Registers as nft itself uses them for a concatenated key: the address starts at the first
@@ -38,17 +38,17 @@ func addrType(f model.Family) nftables.SetDatatype {
 	return nftables.TypeIPAddr
 }
 
-func keyType(k plan.KeyKind, f model.Family) nftables.SetDatatype {
+func keyType(k nftplan.KeyKind, f model.Family) nftables.SetDatatype {
 	switch k {
-	case plan.KeyAddrProtoPort:
+	case nftplan.KeyAddrProtoPort:
 		return nftables.MustConcatSetType(addrType(f), nftables.TypeInetProto, nftables.TypeInetService)
-	case plan.KeyProtoPort:
+	case nftplan.KeyProtoPort:
 		return nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
-	case plan.KeyIndex:
+	case nftplan.KeyIndex:
 		// nft prints integer-typed maps without their typeof annotation as "type 0"; the
 		// mark type has the same size and host byte order, and prints clearly.
 		return nftables.TypeMark
-	case plan.KeyHairpin:
+	case nftplan.KeyHairpin:
 		return nftables.MustConcatSetType(addrType(f), addrType(f))
 	}
 	return addrType(f)
@@ -56,48 +56,48 @@ func keyType(k plan.KeyKind, f model.Family) nftables.SetDatatype {
 
 // keyBytes encodes an element key as the kernel compares it: each concatenated field is
 // padded to a 32-bit register.
-func keyBytes(k plan.Key, kind plan.KeyKind) []byte {
+func keyBytes(k nftplan.Key, kind nftplan.KeyKind) []byte {
 	proto := []byte{k.Proto, 0, 0, 0}
 	port := []byte{byte(k.Port >> 8), byte(k.Port), 0, 0}
 	switch kind {
-	case plan.KeyAddrProtoPort:
+	case nftplan.KeyAddrProtoPort:
 		return append(append(k.Addr.AsSlice(), proto...), port...)
-	case plan.KeyProtoPort:
+	case nftplan.KeyProtoPort:
 		return append(proto, port...)
-	case plan.KeyIndex:
+	case nftplan.KeyIndex:
 		// numgen writes its result in host byte order.
 		return binaryutil.NativeEndian.PutUint32(k.Index)
-	case plan.KeyHairpin:
+	case nftplan.KeyHairpin:
 		return append(k.Addr.AsSlice(), k.Addr.AsSlice()...)
 	}
 	return k.Addr.AsSlice()
 }
 
-func verdictExpr(v plan.Verdict) *expr.Verdict {
+func verdictExpr(v nftplan.Verdict) *expr.Verdict {
 	switch v.Kind {
-	case plan.VerdictAccept:
+	case nftplan.VerdictAccept:
 		return &expr.Verdict{Kind: expr.VerdictAccept}
-	case plan.VerdictDrop:
+	case nftplan.VerdictDrop:
 		return &expr.Verdict{Kind: expr.VerdictDrop}
-	case plan.VerdictReturn:
+	case nftplan.VerdictReturn:
 		return &expr.Verdict{Kind: expr.VerdictReturn}
-	case plan.VerdictJump:
+	case nftplan.VerdictJump:
 		return &expr.Verdict{Kind: expr.VerdictJump, Chain: v.Chain}
-	case plan.VerdictGoto:
+	case nftplan.VerdictGoto:
 		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: v.Chain}
 	}
 	return nil
 }
 
-func setOf(t *nftables.Table, s *plan.Set, f model.Family) *nftables.Set {
+func setOf(t *nftables.Table, s *nftplan.Set, f model.Family) *nftables.Set {
 	ns := &nftables.Set{
 		Table:         t,
 		Name:          s.Name,
 		KeyType:       keyType(s.Key, f),
 		IsMap:         s.Map,
-		Concatenation: s.Key == plan.KeyAddrProtoPort || s.Key == plan.KeyProtoPort || s.Key == plan.KeyHairpin,
+		Concatenation: s.Key == nftplan.KeyAddrProtoPort || s.Key == nftplan.KeyProtoPort || s.Key == nftplan.KeyHairpin,
 	}
-	if s.Key == plan.KeyIndex {
+	if s.Key == nftplan.KeyIndex {
 		ns.KeyByteOrder = binaryutil.NativeEndian
 	}
 	if s.Map {
@@ -110,7 +110,7 @@ func setOf(t *nftables.Table, s *plan.Set, f model.Family) *nftables.Set {
 	return ns
 }
 
-func elemsOf(s *plan.Set, elems []plan.Elem) []nftables.SetElement {
+func elemsOf(s *nftplan.Set, elems []nftplan.Elem) []nftables.SetElement {
 	out := make([]nftables.SetElement, len(elems))
 	for i, e := range elems {
 		out[i] = nftables.SetElement{Key: keyBytes(e.Key, s.Key)}
@@ -126,7 +126,7 @@ type encoder struct {
 	family model.Family
 }
 
-func (e *encoder) rule(r plan.Rule) ([]expr.Any, error) {
+func (e *encoder) rule(r nftplan.Rule) ([]expr.Any, error) {
 	var out []expr.Any
 	for _, s := range r {
 		x, err := e.stmt(s)
@@ -156,76 +156,76 @@ func (e *encoder) loadAddr(source bool, reg uint32) *expr.Payload {
 	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}
 }
 
-func (e *encoder) stmt(s plan.Stmt) ([]expr.Any, error) {
+func (e *encoder) stmt(s nftplan.Stmt) ([]expr.Any, error) {
 	switch s := s.(type) {
-	case plan.CtStateNew:
+	case nftplan.CtStateNew:
 		return []expr.Any{
 			&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
 		}, nil
-	case plan.CtStatusDNAT:
+	case nftplan.CtStatusDNAT:
 		return []expr.Any{
 			&expr.Ct{Register: reg1, Key: expr.CtKeySTATUS},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 				Mask: binaryutil.NativeEndian.PutUint32(ctStatusDNAT), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
 		}, nil
-	case plan.MatchKeySet:
+	case nftplan.MatchKeySet:
 		return append(e.loadKey(s.Key), &expr.Lookup{SourceRegister: reg1, SetName: s.Set}), nil
-	case plan.MatchAddr:
+	case nftplan.MatchAddr:
 		return e.matchPrefix(s), nil
-	case plan.MatchAddrSet:
+	case nftplan.MatchAddrSet:
 		return []expr.Any{e.loadAddr(s.Source, reg1), &expr.Lookup{SourceRegister: reg1, SetName: s.Set}}, nil
-	case plan.MatchFibLocal:
+	case nftplan.MatchFibLocal:
 		return []expr.Any{
 			&expr.Fib{Register: reg1, ResultADDRTYPE: true, FlagSADDR: s.Source, FlagDADDR: !s.Source},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 		}, nil
-	case plan.MatchProto:
+	case nftplan.MatchProto:
 		return []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{s.Proto}},
 		}, nil
-	case plan.MatchMarkClear:
+	case nftplan.MatchMarkClear:
 		return []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 				Mask: binaryutil.NativeEndian.PutUint32(s.Bit), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: make([]byte, 4)},
 		}, nil
-	case plan.VMap:
+	case nftplan.VMap:
 		return append(e.loadKey(s.Key), &expr.Lookup{SourceRegister: reg1, SetName: s.Map, IsDestRegSet: true, DestRegister: 0}), nil
-	case plan.Numgen:
+	case nftplan.Numgen:
 		return e.numgen(s), nil
-	case plan.Pick:
+	case nftplan.Pick:
 		return []expr.Any{
 			&expr.Numgen{Register: reg1, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: make([]byte, 4)},
 		}, nil
-	case plan.SetMark:
+	case nftplan.SetMark:
 		return e.mark(^s.Bit, s.Bit), nil
-	case plan.ClearMark:
+	case nftplan.ClearMark:
 		return e.mark(0xffffffff, s.Bit), nil
-	case plan.Counter:
+	case nftplan.Counter:
 		return []expr.Any{&expr.Counter{}}, nil
-	case plan.UpdateSource:
+	case nftplan.UpdateSource:
 		return []expr.Any{e.loadAddr(true, reg1),
 			&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, Operation: unix.NFT_DYNSET_OP_UPDATE}}, nil
-	case plan.DNAT:
+	case nftplan.DNAT:
 		return e.dnat(s), nil
-	case plan.Masquerade:
+	case nftplan.Masquerade:
 		return []expr.Any{&expr.Masq{FullyRandom: true}}, nil
-	case plan.RejectStmt:
+	case nftplan.RejectStmt:
 		return e.reject(s), nil
-	case plan.Do:
+	case nftplan.Do:
 		return []expr.Any{verdictExpr(s.Verdict)}, nil
 	}
 	return nil, fmt.Errorf("statement %T has no nftables encoding", s)
 }
 
-func (e *encoder) matchPrefix(m plan.MatchAddr) []expr.Any {
+func (e *encoder) matchPrefix(m nftplan.MatchAddr) []expr.Any {
 	out := []expr.Any{e.loadAddr(m.Source, reg1)}
 	addr := m.Prefix.Addr().AsSlice()
 	if !m.Prefix.IsSingleIP() {
@@ -251,19 +251,19 @@ func prefixMask(p netip.Prefix) []byte {
 	return b
 }
 
-func (e *encoder) loadKey(k plan.KeyKind) []expr.Any {
+func (e *encoder) loadKey(k nftplan.KeyKind) []expr.Any {
 	proto := func(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg} }
 	dport := func(reg uint32) expr.Any {
 		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
 	}
 	switch k {
-	case plan.KeyAddrProtoPort:
+	case nftplan.KeyAddrProtoPort:
 		_, n := e.addrOffset(false)
 		next := reg32base + n/4
 		return []expr.Any{e.loadAddr(false, reg1), proto(next), dport(next + 1)}
-	case plan.KeyProtoPort:
+	case nftplan.KeyProtoPort:
 		return []expr.Any{proto(reg1), dport(reg32base + 1)}
-	case plan.KeyHairpin:
+	case nftplan.KeyHairpin:
 		_, n := e.addrOffset(true)
 		return []expr.Any{e.loadAddr(true, reg1), e.loadAddr(false, reg32base+n/4)}
 	}
@@ -279,14 +279,14 @@ func (e *encoder) mark(mask, xor uint32) []expr.Any {
 	}
 }
 
-func (e *encoder) numgen(n plan.Numgen) []expr.Any {
+func (e *encoder) numgen(n nftplan.Numgen) []expr.Any {
 	return []expr.Any{
 		&expr.Numgen{Register: reg1, Modulus: n.Mod, Type: unix.NFT_NG_RANDOM},
 		&expr.Lookup{SourceRegister: reg1, SetName: n.Map, IsDestRegSet: true, DestRegister: 0},
 	}
 }
 
-func (e *encoder) dnat(d plan.DNAT) []expr.Any {
+func (e *encoder) dnat(d nftplan.DNAT) []expr.Any {
 	fam := uint32(unix.NFPROTO_IPV4)
 	if e.family == model.IPv6 {
 		fam = unix.NFPROTO_IPV6
@@ -302,7 +302,7 @@ func (e *encoder) dnat(d plan.DNAT) []expr.Any {
 	}
 }
 
-func (e *encoder) reject(r plan.RejectStmt) []expr.Any {
+func (e *encoder) reject(r nftplan.RejectStmt) []expr.Any {
 	if r.TCPReset {
 		return []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},

@@ -7,14 +7,14 @@ import (
 	"sync"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // Fake is an in-memory Ruleset for tests of the layers above the kernel: it keeps what was
 // applied and dumps it as text; FailNext makes the next Apply fail like a refused batch.
 type Fake struct {
 	mu       sync.Mutex
-	tables   map[model.Family][]*plan.Table
+	tables   map[model.Family][]*nftplan.Table
 	dirty    bool
 	Applies  []Stats
 	FailNext error
@@ -23,11 +23,11 @@ type Fake struct {
 var _ Ruleset = (*Fake)(nil)
 
 // NewFake returns an empty Fake.
-func NewFake() *Fake { return &Fake{tables: map[model.Family][]*plan.Table{}, dirty: true} }
+func NewFake() *Fake { return &Fake{tables: map[model.Family][]*nftplan.Table{}, dirty: true} }
 
 // Apply implements Ruleset. Like the kernel backend, a failure leaves the previous tables and
 // makes the next apply full.
-func (f *Fake) Apply(tables []*plan.Table, full bool) (Stats, error) {
+func (f *Fake) Apply(tables []*nftplan.Table, full bool) (Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := Stats{Full: full || f.dirty}
@@ -42,7 +42,7 @@ func (f *Fake) Apply(tables []*plan.Table, full bool) (Stats, error) {
 			return st, errors.New("invalid plan: " + err.Error())
 		}
 	}
-	applied := map[model.Family][]*plan.Table{}
+	applied := map[model.Family][]*nftplan.Table{}
 	for _, t := range tables {
 		applied[t.Family] = append(applied[t.Family], t)
 		st.Chains += len(t.Chains)
@@ -57,13 +57,13 @@ func (f *Fake) Apply(tables []*plan.Table, full bool) (Stats, error) {
 func (f *Fake) Cleanup() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tables = map[model.Family][]*plan.Table{}
+	f.tables = map[model.Family][]*nftplan.Table{}
 	f.dirty = true
 	return nil
 }
 
 // Dump returns the applied tables, IPv4 first, each family's in the order applied, in
-// plan.Table.Dump's form.
+// nftplan.Table.Dump's form.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

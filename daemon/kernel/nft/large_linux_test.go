@@ -10,6 +10,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // TestLargeMapsComplete: every element of a large map reaches the kernel. A batch of
@@ -29,10 +30,10 @@ func TestLargeMapsComplete(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
 		cfg := plan.Config{NodeName: "gw"}
-		if _, err := k.Apply([]*plan.Table{plan.NFT(mt.Snapshot(), model.IPv4, cfg)}, true); err != nil {
+		if _, err := k.Apply([]*nftplan.Table{nftplan.Build(mt.Snapshot(), model.IPv4, cfg)}, true); err != nil {
 			t.Fatalf("apply an empty plan: %v", err)
 		}
-		tables := []*plan.Table{plan.NFT(snap, model.IPv4, cfg)}
+		tables := []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg)}
 		// A partial apply adds the elements to existing maps, a full one rewrites them.
 		for _, full := range []bool{false, true} {
 			if _, err := k.Apply(tables, full); err != nil {
@@ -49,7 +50,7 @@ func TestLargeMapsComplete(t *testing.T) {
 				if s.Map {
 					kind = "map"
 				}
-				out := nftRun(t, ns, "list", kind, "ip", plan.TableName, name)
+				out := nftRun(t, ns, "list", kind, "ip", nftplan.TableName, name)
 				// nft prints the elements separated by commas.
 				got := strings.Count(out, ",") + 1
 				if got < len(s.Elems) {

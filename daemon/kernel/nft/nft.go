@@ -15,7 +15,7 @@ import (
 	"github.com/mdlayher/netlink"
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlbatch"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // Ruleset is what the proxy needs from an nftables backend; Kernel and Fake implement it.
@@ -24,7 +24,7 @@ type Ruleset interface {
 	// chain and map and removes anything else found in edgegate's tables (repairing edits
 	// made by hand); an incremental one sends only what differs from the last apply.
 	// On error the kernel keeps its previous rules and the next apply is full.
-	Apply(tables []*plan.Table, full bool) (Stats, error)
+	Apply(tables []*nftplan.Table, full bool) (Stats, error)
 	// Cleanup removes every table edgegate programs, whatever their content.
 	Cleanup() error
 }
@@ -46,7 +46,7 @@ type Stats struct {
 // Kernel is the netlink-backed Ruleset.
 type Kernel struct {
 	mu      sync.Mutex
-	applied map[tableKey]*plan.Table
+	applied map[tableKey]*nftplan.Table
 	dirty   bool
 	sock    nlbatch.Socket // opened by the first apply, in its network namespace
 }
@@ -54,7 +54,7 @@ type Kernel struct {
 var _ Ruleset = (*Kernel)(nil)
 
 // New returns a Kernel backend for the current network namespace.
-func New() *Kernel { return &Kernel{applied: map[tableKey]*plan.Table{}, dirty: true} }
+func New() *Kernel { return &Kernel{applied: map[tableKey]*nftplan.Table{}, dirty: true} }
 
 // dial opens a netlink connection for reading the kernel's tables and for small batches
 // (Cleanup); a sync's batch goes through nlbatch. A dump of a large table arrives while it
@@ -76,7 +76,7 @@ func dial() (*nftables.Conn, error) {
 func secondsDuration(s uint32) time.Duration { return time.Duration(s) * time.Second }
 
 // Apply implements Ruleset.
-func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
+func (k *Kernel) Apply(tables []*nftplan.Table, full bool) (Stats, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	full = full || k.dirty
@@ -101,7 +101,7 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 	}
 	// The families written hold exactly their tables now; the others are as they were.
 	written := families(tables)
-	maps.DeleteFunc(k.applied, func(key tableKey, _ *plan.Table) bool { return slices.Contains(written, key.family) })
+	maps.DeleteFunc(k.applied, func(key tableKey, _ *nftplan.Table) bool { return slices.Contains(written, key.family) })
 	for _, t := range tables {
 		k.applied[keyOf(t)] = t
 	}
@@ -110,7 +110,7 @@ func (k *Kernel) Apply(tables []*plan.Table, full bool) (Stats, error) {
 }
 
 // apply sends one batch; recreate deletes and recreates each existing table in it.
-func (k *Kernel) apply(tables []*plan.Table, full, recreate bool) (Stats, error) {
+func (k *Kernel) apply(tables []*nftplan.Table, full, recreate bool) (Stats, error) {
 	read, err := dial()
 	if err != nil {
 		return Stats{}, err
@@ -168,7 +168,7 @@ func (k *Kernel) Cleanup() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.dirty = true
-	k.applied = map[tableKey]*plan.Table{}
+	k.applied = map[tableKey]*nftplan.Table{}
 	conn, err := dial()
 	if err != nil {
 		return err
@@ -200,11 +200,11 @@ type batch struct {
 	rules *ruleWriter // encodes the rules, which nb.Add queues
 	read  *kernelRead // reads what the kernel holds
 	table *nftables.Table
-	want  *plan.Table
+	want  *nftplan.Table
 	st    *Stats
 }
 
-func (b *batch) chainOf(c *plan.Chain) *nftables.Chain {
+func (b *batch) chainOf(c *nftplan.Chain) *nftables.Chain {
 	nc := &nftables.Chain{Name: c.Name, Table: b.table}
 	if h := c.Hook; h != nil {
 		nc.Type = nftables.ChainType(h.Type)
@@ -228,7 +228,7 @@ func hookOf(h string) *nftables.ChainHook {
 	return nftables.ChainHookPostrouting
 }
 
-func (b *batch) addRules(c *plan.Chain) error {
+func (b *batch) addRules(c *nftplan.Chain) error {
 	for i, r := range c.Rules {
 		msg, err := b.rules.message(c.Name, r)
 		if err != nil {
@@ -254,7 +254,7 @@ func (b *batch) addRules(c *plan.Chain) error {
 // named counter: the first full apply of a process deletes any object it finds. Later ones
 // skip that dump, which costs the kernel time quadratic in their number (25 s for
 // 110,000).
-func (b *batch) full(recreate bool, prev *plan.Table) error {
+func (b *batch) full(recreate bool, prev *nftplan.Table) error {
 	have, err := b.kernelObjects(prev == nil)
 	if err != nil {
 		return err
@@ -349,7 +349,7 @@ func sameSetType(a, b *nftables.Set) bool {
 // Order matters inside the batch: chains that change or go away are flushed first (they
 // may refer to sets and chains that go away), then new objects are created, map elements
 // are diffed, changed chains refilled, and finally removed objects deleted.
-func (b *batch) partial(prev *plan.Table) error {
+func (b *batch) partial(prev *nftplan.Table) error {
 	if prev == nil {
 		return b.full(false, nil)
 	}
@@ -367,7 +367,7 @@ func (b *batch) partial(prev *plan.Table) error {
 	if len(recreate) > 0 {
 		names = allNames(prev, want)
 	}
-	// A chain NFTPlanner reused is the very same value: no need to compare its rules.
+	// A chain nftplan.Planner reused is the very same value: no need to compare its rules.
 	changed, gone := map[string]bool{}, map[string]bool{}
 	var added []string
 	for _, name := range names.chains {
@@ -414,7 +414,7 @@ func (b *batch) partial(prev *plan.Table) error {
 		if s.Dynamic || old == s {
 			continue
 		}
-		var del, add []plan.Elem
+		var del, add []nftplan.Elem
 		if ch, ok := want.Delta.ElemsFrom(prev, name); ok {
 			del, add = ch.Del, ch.Add
 		} else {
@@ -472,8 +472,8 @@ type objectNames struct {
 }
 
 // candidates are the objects that may differ between prev and want: what want's Delta
-// lists when want was planned from prev (NFTPlanner), else everything either holds.
-func candidates(prev, want *plan.Table) objectNames {
+// lists when want was planned from prev (nftplan.Planner), else everything either holds.
+func candidates(prev, want *nftplan.Table) objectNames {
 	d := want.Delta
 	if d == nil || d.From != prev {
 		return allNames(prev, want)
@@ -481,7 +481,7 @@ func candidates(prev, want *plan.Table) objectNames {
 	return objectNames{chains: sortedNames(d.Chains), sets: sortedNames(d.Sets)}
 }
 
-func allNames(prev, want *plan.Table) objectNames {
+func allNames(prev, want *nftplan.Table) objectNames {
 	union := func(a, b []string) []string {
 		return slices.Compact(slices.Sorted(slices.Values(append(a, b...))))
 	}
@@ -491,7 +491,7 @@ func allNames(prev, want *plan.Table) objectNames {
 	}
 }
 
-func usesAny(c *plan.Chain, sets map[string]bool) bool {
+func usesAny(c *nftplan.Chain, sets map[string]bool) bool {
 	for _, r := range c.Rules {
 		for _, s := range r.SetRefs() {
 			if sets[s] {

@@ -12,6 +12,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 func inNetns(t testing.TB, fn func(name string)) {
@@ -49,7 +50,7 @@ func TestApplyFullThenPartial(t *testing.T) {
 		k := New()
 		cfg := plan.Config{NodeName: "gw"}
 		snap := demoSnapshot()
-		tables := []*plan.Table{plan.NFT(snap, model.IPv4, cfg), plan.NFT(snap, model.IPv6, cfg)}
+		tables := []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg), nftplan.Build(snap, model.IPv6, cfg)}
 		start := time.Now()
 		st, err := k.Apply(tables, true)
 		if err != nil {
@@ -67,7 +68,7 @@ func TestApplyFullThenPartial(t *testing.T) {
 		}
 		t.Log(out)
 		snap2 := demoSnapshot(mt.Affinity(600))
-		tables2 := []*plan.Table{plan.NFT(snap2, model.IPv4, cfg), plan.NFT(snap2, model.IPv6, cfg)}
+		tables2 := []*nftplan.Table{nftplan.Build(snap2, model.IPv4, cfg), nftplan.Build(snap2, model.IPv6, cfg)}
 		st, err = k.Apply(tables2, false)
 		if err != nil {
 			t.Fatalf("partial apply: %v", err)
@@ -95,7 +96,7 @@ func nftRun(t *testing.T, ns string, args ...string) string {
 // tableHandle is the kernel's handle of table ip edgegate: a recreated table gets a new one.
 func tableHandle(t *testing.T, ns string) string {
 	t.Helper()
-	first, _, _ := strings.Cut(nftRun(t, ns, "-a", "list", "table", "ip", plan.TableName), "\n")
+	first, _, _ := strings.Cut(nftRun(t, ns, "-a", "list", "table", "ip", nftplan.TableName), "\n")
 	_, handle, ok := strings.Cut(first, "# handle ")
 	if !ok {
 		t.Fatalf("no handle in %q", first)
@@ -114,7 +115,7 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 		k := New()
 		cfg := plan.Config{NodeName: "gw"}
 		snap := demoSnapshot()
-		tables := []*plan.Table{plan.NFT(snap, model.IPv4, cfg), plan.NFT(snap, model.IPv6, cfg)}
+		tables := []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg), nftplan.Build(snap, model.IPv6, cfg)}
 		if _, err := k.Apply(tables, true); err != nil {
 			t.Fatalf("first full apply: %v", err)
 		}
@@ -128,7 +129,7 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 			t.Fatal("the demo's table has no affinity set")
 		}
 		// A client's affinity entry, as the kernel adds them.
-		nftRun(t, ns, "add", "element", "ip", plan.TableName, affinity, "{ 10.200.1.2 }")
+		nftRun(t, ns, "add", "element", "ip", nftplan.TableName, affinity, "{ 10.200.1.2 }")
 		before := tableHandle(t, ns)
 		st, err := k.Apply(tables, true)
 		if err != nil {
@@ -137,14 +138,14 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 		if st.Recreated || tableHandle(t, ns) != before {
 			t.Errorf("a full apply over an unchanged table recreated it (%+v; handle %s before)", st, before)
 		}
-		if out := nftRun(t, ns, "list", "set", "ip", plan.TableName, affinity); !strings.Contains(out, "10.200.1.2") {
+		if out := nftRun(t, ns, "list", "set", "ip", nftplan.TableName, affinity); !strings.Contains(out, "10.200.1.2") {
 			t.Errorf("the affinity entry did not survive a full apply:\n%s", out)
 		}
 
 		// An older table whose service-ips map had another key.
-		nftRun(t, ns, "delete", "table", "ip", plan.TableName)
-		nftRun(t, ns, "add", "table", "ip", plan.TableName)
-		nftRun(t, ns, "add", "map", "ip", plan.TableName, "service-ips", "{ type ipv4_addr : verdict; }")
+		nftRun(t, ns, "delete", "table", "ip", nftplan.TableName)
+		nftRun(t, ns, "add", "table", "ip", nftplan.TableName)
+		nftRun(t, ns, "add", "map", "ip", nftplan.TableName, "service-ips", "{ type ipv4_addr : verdict; }")
 		k = New()
 		st, err = k.Apply(tables, true)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/nlattr"
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // ruleWriter encodes the messages that append rules to a table's chains, byte for byte as
@@ -31,7 +31,7 @@ type ruleWriter struct {
 
 // partStmt is some of a statement's expressions: [from, to), to < 0 for all after from.
 type partStmt struct {
-	s        plan.Stmt
+	s        nftplan.Stmt
 	from, to int
 }
 
@@ -41,7 +41,7 @@ func newRuleWriter(f model.Family, table string) *ruleWriter {
 
 // message encodes the message that appends r to chain. Its data is valid until the next
 // call: nlbatch.Batch.Add copies it.
-func (w *ruleWriter) message(chain string, r plan.Rule) (netlink.Message, error) {
+func (w *ruleWriter) message(chain string, r nftplan.Rule) (netlink.Message, error) {
 	b := nlattr.AppendRuleHead(w.buf[:0], w.family, w.table, chain)
 	b, exprs := nlattr.BeginNest(b)
 	for _, s := range r {
@@ -65,19 +65,19 @@ func (w *ruleWriter) message(chain string, r plan.Rule) (netlink.Message, error)
 }
 
 // stmt appends the expressions of one statement.
-func (w *ruleWriter) stmt(b []byte, s plan.Stmt) ([]byte, error) {
+func (w *ruleWriter) stmt(b []byte, s nftplan.Stmt) ([]byte, error) {
 	key := s
 	switch s := s.(type) {
-	case plan.Counter:
-		key = plan.Counter{} // the name is the rule's comment, not the counter's
-	case plan.DNAT:
+	case nftplan.Counter:
+		key = nftplan.Counter{} // the name is the rule's comment, not the counter's
+	case nftplan.DNAT:
 		// meta l4proto, cmp (the same for every endpoint of a protocol), then the
 		// endpoint's address and port and the nat expression (the same for all).
-		head, err := w.cached(plan.DNAT{Proto: s.Proto}, 0, 2)
+		head, err := w.cached(nftplan.DNAT{Proto: s.Proto}, 0, 2)
 		if err != nil {
 			return nil, err
 		}
-		tail, err := w.cached(plan.DNAT{}, 4, 5)
+		tail, err := w.cached(nftplan.DNAT{}, 4, 5)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +96,7 @@ func (w *ruleWriter) stmt(b []byte, s plan.Stmt) ([]byte, error) {
 
 // cached returns expressions [from, to) of statement s (to < 0: all of them) as the
 // library encodes them, from the cache when the batch met s before.
-func (w *ruleWriter) cached(s plan.Stmt, from, to int) ([]byte, error) {
+func (w *ruleWriter) cached(s nftplan.Stmt, from, to int) ([]byte, error) {
 	var key any = s
 	if from != 0 || to >= 0 {
 		key = partStmt{s, from, to}
@@ -106,7 +106,7 @@ func (w *ruleWriter) cached(s plan.Stmt, from, to int) ([]byte, error) {
 	}
 	var exprs []expr.Any
 	var err error
-	if d, ok := s.(plan.DNAT); ok {
+	if d, ok := s.(nftplan.DNAT); ok {
 		if !d.To.IsValid() { // a part that does not depend on the endpoint
 			d.To = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
 			if w.enc.family == model.IPv6 {

@@ -14,6 +14,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // TestRuleMessagesMatchGoogle: every rule of a variety of plans (both families, affinity,
@@ -35,7 +36,7 @@ func TestRuleMessagesMatchGoogle(t *testing.T) {
 	for _, snap := range snaps {
 		for _, cfg := range configs {
 			for _, f := range []model.Family{model.IPv4, model.IPv6} {
-				tab := plan.NFT(snap, f, cfg)
+				tab := nftplan.Build(snap, f, cfg)
 				w := newRuleWriter(f, tab.Name)
 				enc := &encoder{family: f}
 				lt := &nftables.Table{Name: tab.Name, Family: tableFamily(f)}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/edgegate/edgegate/daemon/model"
-	"github.com/edgegate/edgegate/daemon/plan"
+	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // The kernel's tables: which are edgegate's, what they hold, which an apply deletes.
@@ -21,15 +21,15 @@ type tableKey struct {
 	name   string
 }
 
-func keyOf(t *plan.Table) tableKey { return tableKey{t.Family, t.Name} }
+func keyOf(t *nftplan.Table) tableKey { return tableKey{t.Family, t.Name} }
 
 // owned reports whether a table of that name is edgegate's nftables mode's.
-var owned = plan.NFTModeTable
+var owned = nftplan.ModeTable
 
 // staleTables returns the tables an apply of tables deletes, in order: those the dispatch
 // is no longer split over. A partial apply deletes those the last apply wrote; a full one
 // those the kernel holds (an earlier run's too). Only the families written are looked at.
-func (k *Kernel) staleTables(kr *kernelRead, tables []*plan.Table, wanted map[tableKey]bool, full bool) ([]tableKey, error) {
+func (k *Kernel) staleTables(kr *kernelRead, tables []*nftplan.Table, wanted map[tableKey]bool, full bool) ([]tableKey, error) {
 	written := families(tables)
 	gone := map[tableKey]bool{}
 	if !full {
@@ -158,7 +158,7 @@ func (r *kernelRead) chainsOf(t *nftables.Table) (map[string]bool, error) {
 }
 
 // families lists the families of tables, in order of first appearance.
-func families(tables []*plan.Table) []model.Family {
+func families(tables []*nftplan.Table) []model.Family {
 	var out []model.Family
 	for _, t := range tables {
 		if !slices.Contains(out, t.Family) {

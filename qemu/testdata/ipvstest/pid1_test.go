@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
-	"github.com/edgegate/edgegate/daemon/plan"
+	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 	"github.com/edgegate/edgegate/lab"
 )
 
@@ -69,18 +69,18 @@ func TestPID1IPVSMode(t *testing.T) {
 	if n := len(st.IPVS); n != 3 {
 		t.Errorf("%d virtual servers, want 3", n)
 	}
-	dummy, ok := st.Link(plan.IPVSInterface)
+	dummy, ok := st.Link(ipvsplan.Interface)
 	if !ok {
-		t.Fatalf("no %s:\n%s", plan.IPVSInterface, st)
+		t.Fatalf("no %s:\n%s", ipvsplan.Interface, st)
 	}
 	var local []string
 	for _, a := range dummy.Local {
 		local = append(local, a.String())
 	}
 	if want := []string{"10.96.7.10/32", "10.96.7.53/32"}; dummy.Type != "dummy" || !slices.Equal(local, want) || len(dummy.Addrs) > 0 {
-		t.Errorf("%s: %s with local routes %v and addresses %v, want a dummy with local routes %v", plan.IPVSInterface, dummy.Type, local, dummy.Addrs, want)
+		t.Errorf("%s: %s with local routes %v and addresses %v, want a dummy with local routes %v", ipvsplan.Interface, dummy.Type, local, dummy.Addrs, want)
 	}
-	for _, line := range []string{"table ip " + plan.IPVSTableName, "table ip6 " + plan.IPVSTableName} {
+	for _, line := range []string{"table ip " + ipvsplan.TableName, "table ip6 " + ipvsplan.TableName} {
 		if !st.Has(line) {
 			t.Errorf("no %q in the root namespace:\n%s", line, st)
 		}
@@ -111,7 +111,7 @@ func TestPID1IPVSMode(t *testing.T) {
 // schedulerModules are the modules of the schedulers the daemon accepts.
 func schedulerModules() []string {
 	var out []string
-	for _, s := range plan.IPVSSchedulers {
+	for _, s := range ipvsplan.Schedulers {
 		out = append(out, "ip_vs_"+s)
 	}
 	return out

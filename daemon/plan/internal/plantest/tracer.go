@@ -1,0 +1,63 @@
+// Package plantest is the shared test support of the proxy modes' plans: the demo lab's
+// address plan and fixtures, a packet-flow tracer per mode (NewNFTTracer, NewIPTTracer,
+// NewIPVSTracer) behind one Tracer interface, the scenario table every mode runs
+// (Scenarios, RunScenarios) and the fuzz world of every mode's FuzzPlan.
+package plantest
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Tracer is one mode's packet-flow tracer over its plan of one family.
+type Tracer interface {
+	// Results lists the distinct results a packet can have, sorted, with the masquerade
+	// marker: "10.200.2.11:8080 (masqueraded)", "REJECT".
+	Results(Packet) []string
+	// All returns every outcome, with the rules that fired, in choice order.
+	All(Packet) []Outcome
+}
+
+// Trails renders outcomes with the rules that fired, for failure messages.
+func Trails(os []Outcome) string {
+	var b strings.Builder
+	for _, o := range os {
+		b.WriteString(o.String() + ":\n\t" + strings.Join(o.Matched, "\n\t") + "\n")
+	}
+	return b.String()
+}
+
+// distinct lists the distinct results of outcomes, sorted, with the masquerade marker.
+func distinct(os []Outcome) []string {
+	var out []string
+	for _, o := range os {
+		out = append(out, o.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// node is what every tracer knows of the node: its addresses, and how to fail.
+type node struct {
+	t testing.TB
+	// local are the node's addresses: local-address matches match them, and a packet to
+	// one of them is delivered (input) rather than forwarded.
+	local []netip.Addr
+	// fail reports a tracer or plan error; it must not return. Defaults to t.Fatalf.
+	fail func(format string, args ...any)
+}
+
+func newNode(t testing.TB, local []string) node {
+	n := node{t: t, fail: func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format, args...)
+	}}
+	for _, a := range local {
+		n.local = append(n.local, netip.MustParseAddr(a))
+	}
+	return n
+}
+
+func (n *node) isLocal(a netip.Addr) bool { return slices.Contains(n.local, a) }
