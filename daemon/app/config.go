@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -272,8 +272,9 @@ func (f durationFlag) Set(s string) error {
 	return err
 }
 
-// parseConfig reads defaults, then --config, then the other flags.
-func parseConfig(args []string) (Config, error) {
+// ParseConfig reads defaults, then --config, then the other flags (the command line
+// without the program's name).
+func ParseConfig(args []string) (Config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("edgegate", flag.ContinueOnError)
 	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
@@ -437,7 +438,7 @@ func (c *Config) validate() error {
 	if c.MinSyncPeriod.Duration < 0 || c.SyncPeriod.Duration <= 0 || c.FullSyncPeriod.Duration <= 0 {
 		errs = append(errs, errors.New("--sync-period and --full-sync-period must be positive, --min-sync-period not negative"))
 	}
-	if c.clusterConfig().Enabled() && c.Manifests != "" {
+	if c.inCluster() && c.Manifests != "" {
 		errs = append(errs, errors.New("--manifests: standalone mode cannot be combined with a cluster (--kubeconfig or --api-server)"))
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
@@ -448,7 +449,7 @@ func (c *Config) validate() error {
 
 // validLoadBalancer checks the LoadBalancer IP settings together.
 func (c *Config) validLoadBalancer() []error {
-	lb, cluster := c.LoadBalancer, c.clusterConfig().Enabled()
+	lb, cluster := c.LoadBalancer, c.inCluster()
 	var errs []error
 	if lb.Allocate && !cluster {
 		errs = append(errs, errors.New("--lb-allocate (loadBalancer.allocate): allocation writes Service status, it needs a cluster (--api-server or --kubeconfig)"))
@@ -512,10 +513,14 @@ func (c *Config) clusterServer() string {
 	return "kubeconfig " + c.Kubeconfig
 }
 
-// clusterConfig is the cluster source's part of the configuration.
-func (c *Config) clusterConfig() cluster.Config {
+// clusterConfig is the cluster source's part of the configuration; version is the
+// daemon's, for the user agent.
+func (c *Config) clusterConfig(version string) cluster.Config {
 	return cluster.Config{
 		Kubeconfig: c.Kubeconfig, APIServer: c.APIServer, TokenFile: c.TokenFile, CAFile: c.CAFile,
 		QPS: c.KubeAPIQPS, Burst: c.KubeAPIBurst, UserAgent: "edgegate/" + version,
 	}
 }
+
+// inCluster says the configuration names a cluster (--kubeconfig or --api-server).
+func (c *Config) inCluster() bool { return c.clusterConfig("").Enabled() }
