@@ -51,7 +51,7 @@ func Run(ctx context.Context, o Options) error {
 	defer stopUnits()
 	m := metrics.New()
 	gate := gates(cfg, m, o.Log)
-	mg, log := newManagement(cfg, o.Version, pc.NodeName, gate("dashboard"), o.Log)
+	mg, log := newManagement(cfg, o.Version, pc.NodeName, gate, o.Log)
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	dr := newDrains(health.SetDraining)
 	lbs, err := newLoadBalancer(cfg, pc.NodeName, m, log)

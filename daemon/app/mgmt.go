@@ -30,10 +30,10 @@ type management struct {
 	cert  *dashboard.Cert
 }
 
-// newManagement resolves the plane and builds the dashboard, which records the daemon's
-// log from then on: it returns the logger the other steps use. Any failure here turns the
-// dashboard off, never the daemon.
-func newManagement(cfg Config, version, nodeName string, gate *listener.Gate, log *slog.Logger) (management, *slog.Logger) {
+// newManagement resolves the plane and builds the dashboard (its listener's gate from
+// gates), which records the daemon's log from then on: it returns the logger the other
+// steps use. Any failure here turns the dashboard off, never the daemon.
+func newManagement(cfg Config, version, nodeName string, gates func(name string) *listener.Gate, log *slog.Logger) (management, *slog.Logger) {
 	if cfg.DashboardBindAddress == "" {
 		return management{}, log
 	}
@@ -44,7 +44,7 @@ func newManagement(cfg Config, version, nodeName string, gate *listener.Gate, lo
 	}
 	// The rules pages and the traffic are the dataplane's (dash.Record in newProxy).
 	dash, log := dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: nodeName, Families: families,
-		Kernel: kernelview.Kernel{}, Gate: gate},
+		Kernel: kernelview.Kernel{}, Gate: gates("dashboard")},
 		plane.Binds, cfg.DashboardTokenFile, cfg.StateDir, log)
 	if dash == nil {
 		return management{}, log

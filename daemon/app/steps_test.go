@@ -151,7 +151,8 @@ func TestManagement(t *testing.T) {
 	cfg := defaults()
 	cfg.StateDir = t.TempDir()
 	cfg.DashboardBindAddress = ""
-	mg, _ := newManagement(cfg, "test", "gw-1", nil, discard())
+	m := metrics.New()
+	mg, _ := newManagement(cfg, "test", "gw-1", gates(cfg, m, discard()), discard())
 	if mg.dash != nil || len(mg.units(cfg, nil, nil, discard())) != 0 {
 		t.Errorf("dashboard off: %+v", mg)
 	}
@@ -160,8 +161,7 @@ func TestManagement(t *testing.T) {
 	// cluster's pools.
 	cfg.DashboardBindAddress = "node-ip:8443"
 	cfg.APIServer, cfg.LoadBalancer.Announce = "https://192.0.2.1:6443", true
-	m := metrics.New()
-	mg, _ = newManagement(cfg, "test", "gw-1", gates(cfg, m, discard())("dashboard"), discard())
+	mg, _ = newManagement(cfg, "test", "gw-1", gates(cfg, m, discard()), discard())
 	if mg.dash == nil || mg.cert != nil {
 		t.Fatalf("dashboard on loopback: dashboard %v, certificate %v", mg.dash != nil, mg.cert)
 	}
