@@ -15,7 +15,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # 2-15 s per target on 2 cores.
 FUZZTIME  ?= 40000x
 # Pure packages: no kernel, run with the race detector.
-PURE      := ./daemon ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
+PURE      := ./daemon/app/... ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
              ./daemon/lb/pool/... ./daemon/update ./firmware/... ./daemon/listener/... ./daemon/view/... \
              ./daemon/internal/layering

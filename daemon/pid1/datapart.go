@@ -21,7 +21,7 @@ import (
 // (DESIGN.md §7); a board may also have a plain ext4 disk, or name a device on the kernel
 // command line. A gateway without one still boots: its state then lives in memory.
 const (
-	// dataMountpoint is the daemon's default --state-dir (daemon/config.go), so the cache
+	// dataMountpoint is the daemon's default --state-dir (daemon/app/config.go), so the cache
 	// lands on the partition without a flag.
 	dataMountpoint = "/var/lib/edgegate"
 	// dataName is what the default search looks for: the GPT partition's name, or the

@@ -56,12 +56,13 @@ var rules = []rule{{
 }, {
 	name:     "no package imports one above it in the flow",
 	refuses:  layers,
-	examples: []edge{{"daemon/kernel/kernelview", "daemon/dashboard"}, {"daemon/model", "daemon/plan/ipvs"}},
+	examples: []edge{{"daemon/kernel/kernelview", "daemon/dashboard"}, {"daemon/model", "daemon/plan/ipvs"}, {"daemon/dashboard", "daemon/app"}},
 }}
 
-// layers is the flow from the model up to what the operator sees; the view types
-// (daemon/view) sit beside the model, below everything that produces or shows them.
-var layers = flow("daemon/model", "daemon/plan", "daemon/kernel", "daemon/proxy", "daemon/dashboard")
+// layers is the flow from the model up to what the operator sees, and above it the wiring
+// (daemon/app) that builds them all; the view types (daemon/view) sit beside the model,
+// below everything that produces or shows them.
+var layers = flow("daemon/model", "daemon/plan", "daemon/kernel", "daemon/proxy", "daemon/dashboard", "daemon/app")
 
 // TestLayering lists the module's packages with `go list -deps -json ./...` and fails for
 // every import that a rule refuses, naming the package, the import and the rule.

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"net/http"
@@ -11,12 +11,12 @@ import (
 // TestProfilingIsOptIn: /debug/pprof/ is served on the metrics address only with
 // --profiling (or enableProfiling in the file), like kube-proxy's.
 func TestProfilingIsOptIn(t *testing.T) {
-	c, err := parseConfig(nil)
+	c, err := ParseConfig(nil)
 	if err != nil || c.EnableProfiling {
 		t.Fatalf("default: profiling %v, err %v; want off", c.EnableProfiling, err)
 	}
 	for _, args := range [][]string{{"--profiling"}, {"--config", writeFile(t, "enableProfiling: true\n")}} {
-		if c, err := parseConfig(args); err != nil || !c.EnableProfiling {
+		if c, err := ParseConfig(args); err != nil || !c.EnableProfiling {
 			t.Errorf("%v: profiling %v, err %v; want on", args, c.EnableProfiling, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func TestConfigFileThenFlags(t *testing.T) {
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := parseConfig([]string{"--config", file, "--zone", "edge-b", "--node-ip", "192.0.2.7,2001:db8::7"})
+	c, err := ParseConfig([]string{"--config", file, "--zone", "edge-b", "--node-ip", "192.0.2.7,2001:db8::7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--listener-max-connections-per-source", "0"}, "--listener-max-connections-per-source"},
 		{[]string{"--listener-max-connections", "-1"}, "--listener-max-connections"},
 	} {
-		_, err := parseConfig(tc.args)
+		_, err := ParseConfig(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
 		}
@@ -54,13 +54,13 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 	if err := os.WriteFile(file, []byte("proxyMod: nftables\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parseConfig([]string{"--config", file}); err == nil || !strings.Contains(err.Error(), "proxyMod") {
+	if _, err := ParseConfig([]string{"--config", file}); err == nil || !strings.Contains(err.Error(), "proxyMod") {
 		t.Errorf("a misspelt key in the config file: error %v, want one naming it", err)
 	}
 }
 
 func TestIPVSConfig(t *testing.T) {
-	c, err := parseConfig([]string{"--proxy-mode", "ipvs"})
+	c, err := ParseConfig([]string{"--proxy-mode", "ipvs"})
 	if err != nil || c.ProxyMode != "ipvs" || c.IPVS.Scheduler != "rr" {
 		t.Fatalf("--proxy-mode ipvs: %+v, %v; want the default scheduler rr", c, err)
 	}
@@ -68,34 +68,34 @@ func TestIPVSConfig(t *testing.T) {
 	if err := os.WriteFile(file, []byte("proxyMode: ipvs\nipvs:\n  scheduler: sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := parseConfig([]string{"--config", file}); err != nil || c.IPVS.Scheduler != "sh" {
+	if c, err := ParseConfig([]string{"--config", file}); err != nil || c.IPVS.Scheduler != "sh" {
 		t.Errorf("ipvs.scheduler from the file: %q, %v", c.IPVS.Scheduler, err)
 	}
-	if c, err := parseConfig([]string{"--config", file, "--ipvs-scheduler", "lc"}); err != nil || c.IPVS.Scheduler != "lc" || c.ProxyMode != "ipvs" {
+	if c, err := ParseConfig([]string{"--config", file, "--ipvs-scheduler", "lc"}); err != nil || c.IPVS.Scheduler != "lc" || c.ProxyMode != "ipvs" {
 		t.Errorf("--ipvs-scheduler must win over the file: %+v, %v", c, err)
 	}
 	for _, args := range [][]string{{"--ipvs-scheduler", "fastest"}, {"--ipvs-scheduler", ""}, {"--config", writeFile(t, "ipvs:\n  scheduler: RR\n")}} {
-		_, err := parseConfig(args)
+		_, err := ParseConfig(args)
 		if err == nil || !strings.Contains(err.Error(), "--ipvs-scheduler (ipvs.scheduler)") || !strings.Contains(err.Error(), "wrr") {
 			t.Errorf("%v: error %v, want one naming the setting and the schedulers", args, err)
 		}
 	}
-	if _, err := parseConfig([]string{"--proxy-mode", "kernelspace"}); err == nil || !strings.Contains(err.Error(), "nftables, iptables, ipvs") {
+	if _, err := ParseConfig([]string{"--proxy-mode", "kernelspace"}); err == nil || !strings.Contains(err.Error(), "nftables, iptables, ipvs") {
 		t.Errorf("unknown mode: %v, want the supported ones listed", err)
 	}
 }
 
 func TestNFTablesEndpointsPerTable(t *testing.T) {
-	if c, err := parseConfig(nil); err != nil || c.NFTables.EndpointsPerTable != nft.DefaultPerTable {
+	if c, err := ParseConfig(nil); err != nil || c.NFTables.EndpointsPerTable != nft.DefaultPerTable {
 		t.Fatalf("default: %d, %v; want %d", c.NFTables.EndpointsPerTable, err, nft.DefaultPerTable)
 	}
-	if c, err := parseConfig([]string{"--config", writeFile(t, "nftables:\n  endpointsPerTable: 0\n")}); err != nil || c.NFTables.EndpointsPerTable != 0 {
+	if c, err := ParseConfig([]string{"--config", writeFile(t, "nftables:\n  endpointsPerTable: 0\n")}); err != nil || c.NFTables.EndpointsPerTable != 0 {
 		t.Errorf("nftables.endpointsPerTable 0 from the file: %d, %v", c.NFTables.EndpointsPerTable, err)
 	}
-	if c, err := parseConfig([]string{"--nftables-endpoints-per-table", "100"}); err != nil || c.NFTables.EndpointsPerTable != 100 {
+	if c, err := ParseConfig([]string{"--nftables-endpoints-per-table", "100"}); err != nil || c.NFTables.EndpointsPerTable != 100 {
 		t.Errorf("--nftables-endpoints-per-table 100: %d, %v", c.NFTables.EndpointsPerTable, err)
 	}
-	_, err := parseConfig([]string{"--nftables-endpoints-per-table", "-1"})
+	_, err := ParseConfig([]string{"--nftables-endpoints-per-table", "-1"})
 	if err == nil || !strings.Contains(err.Error(), "--nftables-endpoints-per-table (nftables.endpointsPerTable)") {
 		t.Errorf("a negative size: %v, want an error naming the setting", err)
 	}
@@ -111,7 +111,7 @@ func writeFile(t *testing.T, body string) string {
 }
 
 func TestDashboardConfig(t *testing.T) {
-	c, err := parseConfig(nil)
+	c, err := ParseConfig(nil)
 	if err != nil || c.DashboardBindAddress != "node-ip:443" || c.DashboardTokenFile != "" || c.DashboardTLSCertFile != "" ||
 		strings.Join(c.DashboardAllowedCIDRs, ",") != "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7,fe80::/10" {
 		t.Fatalf("defaults: %q %q %q %v %v; want node-ip:443, a generated token and certificate, the private ranges",
@@ -128,7 +128,7 @@ func TestDashboardConfig(t *testing.T) {
 		{"--dashboard-tls-cert-file", "/etc/edgegate/tls.crt", "--dashboard-tls-private-key-file", "/etc/edgegate/tls.key"},
 		{"--config", writeFile(t, "dashboardAllowedCIDRs: [10.1.0.0/16]\ndashboardTLSCertFile: a.crt\ndashboardTLSPrivateKeyFile: a.key\ndashboardOnLBInterfaces: true\n")},
 	} {
-		if _, err := parseConfig(ok); err != nil {
+		if _, err := ParseConfig(ok); err != nil {
 			t.Errorf("%v: %v", ok, err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestDashboardConfig(t *testing.T) {
 		{[]string{"--config", writeFile(t, "dashboardAllowedCIDRs: [\"010.0.0.0/8\"]\n")}, "dashboardAllowedCIDRs"},
 		{[]string{"--dashboard-tls-cert-file", "/etc/edgegate/tls.crt"}, "set both or neither"},
 	} {
-		_, err := parseConfig(tc.args)
+		_, err := ParseConfig(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
 		}
@@ -159,7 +159,7 @@ func TestDashboardConfig(t *testing.T) {
 // TestConntrackConfig: kube-proxy's defaults, its file keys and flags, and negative values
 // refused by name.
 func TestConntrackConfig(t *testing.T) {
-	c, err := parseConfig(nil)
+	c, err := ParseConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestConntrackConfig(t *testing.T) {
 		t.Errorf("defaults: %+v, want kube-proxy's", got)
 	}
 	file := writeFile(t, "conntrack:\n  maxPerCore: 0\n  min: 65536\n  tcpEstablishedTimeout: 2h\n  udpTimeout: 45s\n  tcpBeLiberal: true\n")
-	c, err = parseConfig([]string{"--config", file, "--conntrack-udp-timeout-stream", "3m", "--conntrack-tcp-timeout-close-wait", "0"})
+	c, err = ParseConfig([]string{"--config", file, "--conntrack-udp-timeout-stream", "3m", "--conntrack-tcp-timeout-close-wait", "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestConntrackConfig(t *testing.T) {
 		t.Errorf("file and flags: %+v, want %+v", c.Conntrack, want)
 	}
 	for _, args := range [][]string{{"--conntrack-min", "-1"}, {"--config", writeFile(t, "conntrack:\n  udpTimeout: -5s\n")}} {
-		if _, err := parseConfig(args); err == nil || !strings.Contains(err.Error(), "conntrack") || !strings.Contains(err.Error(), "negative") {
+		if _, err := ParseConfig(args); err == nil || !strings.Contains(err.Error(), "conntrack") || !strings.Contains(err.Error(), "negative") {
 			t.Errorf("%v: error %v, want one naming the conntrack setting", args, err)
 		}
 	}
@@ -187,7 +187,7 @@ func TestConntrackConfig(t *testing.T) {
 // TestLoadBalancerConfig: the LoadBalancer IP settings, their defaults, and the
 // combinations that cannot work refused by name.
 func TestLoadBalancerConfig(t *testing.T) {
-	c, err := parseConfig(nil)
+	c, err := ParseConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestLoadBalancerConfig(t *testing.T) {
 		t.Errorf("defaults: %+v", lb)
 	}
 	file := writeFile(t, "loadBalancer:\n  announce: true\n  poolsFile: /etc/edgegate/pools.yaml\n  heartbeatTimeout: 1s\n  keyFile: /etc/edgegate/lb.key\n")
-	c, err = parseConfig([]string{"--config", file, "--lb-heartbeat-port", "7999"})
+	c, err = ParseConfig([]string{"--config", file, "--lb-heartbeat-port", "7999"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestLoadBalancerConfig(t *testing.T) {
 		{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-insecure-unsigned-heartbeats"},
 		{"--lb-announce", "--api-server", "https://10.0.0.1:6443"}, // the key comes from the cluster's Secret
 	} {
-		if _, err := parseConfig(ok); err != nil {
+		if _, err := ParseConfig(ok); err != nil {
 			t.Errorf("%v: %v", ok, err)
 		}
 	}
@@ -225,14 +225,14 @@ func TestLoadBalancerConfig(t *testing.T) {
 		{[]string{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-key-file", "k", "--lb-insecure-unsigned-heartbeats"}, "choose one"},
 		{[]string{"--lb-announce", "--lb-pools-file", "p.yaml", "--lb-key-file", "k", "--state-dir", ""}, "--state-dir (stateDir), which is empty"},
 	} {
-		if _, err := parseConfig(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := ParseConfig(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
 		}
 	}
 }
 
 func TestListenerCaps(t *testing.T) {
-	c, err := parseConfig(nil)
+	c, err := ParseConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestListenerCaps(t *testing.T) {
 	if err := os.WriteFile(file, []byte("listeners:\n  maxConnectionsPerSource: 8\n  maxConnections: 100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err = parseConfig([]string{"--config", file, "--listener-max-connections", "64"})
+	c, err = ParseConfig([]string{"--config", file, "--listener-max-connections", "64"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -223,57 +223,58 @@ func defaults() Config {
 	}
 }
 
-type listFlag struct{ v *[]string }
-
-func (l listFlag) String() string {
-	if l.v == nil {
-		return ""
-	}
-	return strings.Join(*l.v, ",")
+// flagValue is a flag over a configuration field of a type the flag package has no flag
+// for. The zero flagValue, which the flag package makes to tell a default from the zero
+// value, formats as "".
+type flagValue[T any] struct {
+	v      *T
+	format func(T) string
+	parse  func(string) (T, error)
 }
 
-func (l listFlag) Set(s string) error {
-	*l.v = nil
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l.v = append(*l.v, p)
-		}
-	}
-	return nil
-}
-
-type float32Flag struct{ v *float32 }
-
-func (f float32Flag) String() string {
+func (f flagValue[T]) String() string {
 	if f.v == nil {
 		return ""
 	}
-	return strconv.FormatFloat(float64(*f.v), 'g', -1, 32)
+	return f.format(*f.v)
 }
 
-func (f float32Flag) Set(s string) error {
-	v, err := strconv.ParseFloat(s, 32)
-	*f.v = float32(v)
+// Set stores what parse returns, also on an error (the flag package then refuses the
+// command line).
+func (f flagValue[T]) Set(s string) error {
+	v, err := f.parse(s)
+	*f.v = v
 	return err
 }
 
-type durationFlag struct{ d *Duration }
-
-func (f durationFlag) String() string {
-	if f.d == nil {
-		return ""
-	}
-	return f.d.String()
+// listFlag is a comma-separated list; empty items are dropped.
+func listFlag(v *[]string) flagValue[[]string] {
+	return flagValue[[]string]{v: v, format: func(l []string) string { return strings.Join(l, ",") }, parse: func(s string) ([]string, error) {
+		var l []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				l = append(l, p)
+			}
+		}
+		return l, nil
+	}}
 }
 
-func (f durationFlag) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	f.d.Duration = v
-	return err
+func float32Flag(v *float32) flagValue[float32] {
+	return flagValue[float32]{v: v, format: func(f float32) string { return strconv.FormatFloat(float64(f), 'g', -1, 32) },
+		parse: func(s string) (float32, error) {
+			f, err := strconv.ParseFloat(s, 32)
+			return float32(f), err
+		}}
 }
 
-// parseConfig reads defaults, then --config, then the other flags.
-func parseConfig(args []string) (Config, error) {
+func durationFlag(d *Duration) flagValue[time.Duration] {
+	return flagValue[time.Duration]{v: &d.Duration, format: time.Duration.String, parse: time.ParseDuration}
+}
+
+// ParseConfig reads defaults, then --config, then the other flags (the command line
+// without the program's name).
+func ParseConfig(args []string) (Config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("edgegate", flag.ContinueOnError)
 	configFile := fs.String("config", "", "YAML configuration file (flags given on the command line win)")
@@ -281,7 +282,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler, "ipvs mode: the default IPVS scheduler ("+strings.Join(ipvs.Schedulers, ", ")+")")
 	fs.IntVar(&c.NFTables.EndpointsPerTable, "nftables-endpoints-per-table", c.NFTables.EndpointsPerTable, "nftables mode: endpoint rules one table holds before the Services' NAT dispatch is split over tables edgegate-services-N (every change has the kernel re-check its whole table); 0 never splits")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
-	fs.Var(listFlag{&c.NodeIPs}, "node-ip", "this node's IP addresses, comma-separated (one per family)")
+	fs.Var(listFlag(&c.NodeIPs), "node-ip", "this node's IP addresses, comma-separated (one per family)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address:port of /healthz and /livez; empty disables")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address:port of /metrics; empty disables")
@@ -292,41 +293,41 @@ func parseConfig(args []string) (Config, error) {
 	fs.IntVar(&c.Listeners.MaxConnections, "listener-max-connections", c.Listeners.MaxConnections, "connections each HTTP listener holds open in all; more are closed at once")
 	fs.StringVar(&c.DashboardTLSCertFile, "dashboard-tls-cert-file", c.DashboardTLSCertFile, "PEM certificate of the dashboard's TLS (with --dashboard-tls-private-key-file); default: a self-signed one generated at first start into --state-dir")
 	fs.StringVar(&c.DashboardTLSPrivateKeyFile, "dashboard-tls-private-key-file", c.DashboardTLSPrivateKeyFile, "PEM private key of --dashboard-tls-cert-file")
-	fs.Var(listFlag{&c.DashboardAllowedCIDRs}, "dashboard-allowed-cidrs", "source CIDRs the dashboard answers, comma-separated, enforced in the kernel (table inet edgegate-mgmt) and the daemon; loopback and the gateway itself always; empty: those only")
+	fs.Var(listFlag(&c.DashboardAllowedCIDRs), "dashboard-allowed-cidrs", "source CIDRs the dashboard answers, comma-separated, enforced in the kernel (table inet edgegate-mgmt) and the daemon; loopback and the gateway itself always; empty: those only")
 	fs.BoolVar(&c.DashboardOnLBInterfaces, "dashboard-on-lb-interfaces", c.DashboardOnLBInterfaces, "with --dashboard-bind-address node-ip:PORT, also listen on a node IP of an interface that carries LoadBalancer pools")
-	fs.Var(listFlag{&c.NodePortAddresses}, "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")
-	fs.Var(listFlag{&c.ClusterCIDRs}, "cluster-cidr", "pod CIDRs, comma-separated; ClusterIP traffic from outside them is masqueraded")
+	fs.Var(listFlag(&c.NodePortAddresses), "nodeport-addresses", "CIDRs of the local addresses node ports answer on, or \"primary\" for --node-ip; default: all but loopback")
+	fs.Var(listFlag(&c.ClusterCIDRs), "cluster-cidr", "pod CIDRs, comma-separated; ClusterIP traffic from outside them is masqueraded")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to ClusterIPs")
 	fs.IntVar(&c.MasqueradeBit, "masquerade-bit", c.MasqueradeBit, "fwmark bit (0-31) that flags traffic for masquerade")
 	fs.StringVar(&c.Manifests, "manifests", c.Manifests, "standalone mode: directory of Service/EndpointSlice YAML or JSON, followed for changes; default: the embedded demo")
-	fs.Var(durationFlag{&c.SyncPeriod}, "sync-period", "longest time between syncs")
-	fs.Var(durationFlag{&c.MinSyncPeriod}, "min-sync-period", "syncs are limited to one per this period on average, with a burst of two (changes in between are batched; after a sync the proxy also rests as long as it took, up to this)")
-	fs.Var(durationFlag{&c.FullSyncPeriod}, "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
+	fs.Var(durationFlag(&c.SyncPeriod), "sync-period", "longest time between syncs")
+	fs.Var(durationFlag(&c.MinSyncPeriod), "min-sync-period", "syncs are limited to one per this period on average, with a burst of two (changes in between are batched; after a sync the proxy also rests as long as it took, up to this)")
+	fs.Var(durationFlag(&c.FullSyncPeriod), "full-sync-period", "longest time between full syncs, which rewrite every rule and repair hand edits")
 	fs.BoolVar(&c.LoadBalancer.Announce, "lb-announce", c.LoadBalancer.Announce, "answer ARP/NDP for the LoadBalancer IPs this gateway owns among the site's gateways")
 	fs.BoolVar(&c.LoadBalancer.Allocate, "lb-allocate", c.LoadBalancer.Allocate, "allocate LoadBalancer IPs from the pools to Services (cluster mode; leader-elected)")
 	fs.BoolVar(&c.LoadBalancer.DefaultClass, "lb-default-class", c.LoadBalancer.DefaultClass, "allocate for Services without spec.loadBalancerClass too")
 	fs.StringVar(&c.LoadBalancer.PoolsFile, "lb-pools-file", c.LoadBalancer.PoolsFile, "LoadBalancer IP pools (pools.yaml format) instead of the cluster's ConfigMap")
 	fs.IntVar(&c.LoadBalancer.HeartbeatPort, "lb-heartbeat-port", c.LoadBalancer.HeartbeatPort, "UDP port of the gateways' heartbeats (multicast "+member.DefaultGroup.String()+")")
-	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatInterval}, "lb-heartbeat-interval", "time between heartbeats")
-	fs.Var(durationFlag{&c.LoadBalancer.HeartbeatTimeout}, "lb-heartbeat-timeout", "silence after which a gateway's LoadBalancer IPs move to the others")
+	fs.Var(durationFlag(&c.LoadBalancer.HeartbeatInterval), "lb-heartbeat-interval", "time between heartbeats")
+	fs.Var(durationFlag(&c.LoadBalancer.HeartbeatTimeout), "lb-heartbeat-timeout", "silence after which a gateway's LoadBalancer IPs move to the others")
 	fs.StringVar(&c.LoadBalancer.KeyFile, "lb-key-file", c.LoadBalancer.KeyFile, "file with the site's heartbeat key (HMAC-SHA256, at least 16 bytes); default: in a cluster the Secret kube-system/edgegate-lb-heartbeat-key, standalone required with --lb-announce")
 	fs.BoolVar(&c.LoadBalancer.InsecureUnsignedHeartbeats, "lb-insecure-unsigned-heartbeats", c.LoadBalancer.InsecureUnsignedHeartbeats, "INSECURE: send and take unsigned heartbeats (any host on the segment can then take LoadBalancer IPs)")
 	fs.IntVar(&c.Update.Tries, "update-tries", c.Update.Tries, "firmware: boots a new firmware gets to prove healthy before the old slot comes back")
-	fs.Var(durationFlag{&c.Update.TrialTimeout}, "update-trial-timeout", "firmware: how long a new firmware's boot may take to become healthy (network up, source loaded, rules programmed) before it reboots")
-	fs.Var(durationFlag{&c.Update.DrainSettle}, "update-drain-settle", "firmware: how long a gateway drains before a fleet rollout updates it (load balancers notice its failing /healthz)")
+	fs.Var(durationFlag(&c.Update.TrialTimeout), "update-trial-timeout", "firmware: how long a new firmware's boot may take to become healthy (network up, source loaded, rules programmed) before it reboots")
+	fs.Var(durationFlag(&c.Update.DrainSettle), "update-drain-settle", "firmware: how long a gateway drains before a fleet rollout updates it (load balancers notice its failing /healthz)")
 	fs.IntVar(&c.Conntrack.MaxPerCore, "conntrack-max-per-core", c.Conntrack.MaxPerCore, "connection tracking entries per CPU (nf_conntrack_max, raised, never lowered); 0 leaves the table size alone")
 	fs.IntVar(&c.Conntrack.Min, "conntrack-min", c.Conntrack.Min, "least nf_conntrack_max, whatever the CPUs")
-	fs.Var(durationFlag{&c.Conntrack.TCPEstablishedTimeout}, "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
-	fs.Var(durationFlag{&c.Conntrack.TCPCloseWaitTimeout}, "conntrack-tcp-timeout-close-wait", "timeout of TCP connections in CLOSE_WAIT (0 leaves the kernel's)")
+	fs.Var(durationFlag(&c.Conntrack.TCPEstablishedTimeout), "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
+	fs.Var(durationFlag(&c.Conntrack.TCPCloseWaitTimeout), "conntrack-tcp-timeout-close-wait", "timeout of TCP connections in CLOSE_WAIT (0 leaves the kernel's)")
 	fs.BoolVar(&c.Conntrack.TCPBeLiberal, "conntrack-tcp-be-liberal", c.Conntrack.TCPBeLiberal, "accept out-of-window TCP packets instead of marking them invalid")
-	fs.Var(durationFlag{&c.Conntrack.UDPTimeout}, "conntrack-udp-timeout", "idle timeout of UDP flows seen one way (0 leaves the kernel's)")
-	fs.Var(durationFlag{&c.Conntrack.UDPStreamTimeout}, "conntrack-udp-timeout-stream", "idle timeout of UDP flows seen both ways (0 leaves the kernel's)")
+	fs.Var(durationFlag(&c.Conntrack.UDPTimeout), "conntrack-udp-timeout", "idle timeout of UDP flows seen one way (0 leaves the kernel's)")
+	fs.Var(durationFlag(&c.Conntrack.UDPStreamTimeout), "conntrack-udp-timeout-stream", "idle timeout of UDP flows seen both ways (0 leaves the kernel's)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "cluster mode: kubeconfig file of the gateway's identity")
 	fs.StringVar(&c.APIServer, "api-server", c.APIServer, "cluster mode: the API server's https:// URL (with --token-file and --ca-file, or overriding the kubeconfig's server)")
 	fs.StringVar(&c.APIServer, "master", c.APIServer, "kube-proxy's spelling of --api-server")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "cluster mode: file holding the bearer (bootstrap) token; re-read when it changes")
 	fs.StringVar(&c.CAFile, "ca-file", c.CAFile, "cluster mode: PEM file of the cluster's CA")
-	fs.Var(float32Flag{&c.KubeAPIQPS}, "kube-api-qps", "requests per second to the API server")
+	fs.Var(float32Flag(&c.KubeAPIQPS), "kube-api-qps", "requests per second to the API server")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst of requests to the API server")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "cluster mode: directory of the last synced state, used when the API server does not answer at start; also the LoadBalancer heartbeats' replay marks; empty disables")
 	fs.StringVar(&c.Region, "region", c.Region, "cluster mode: this node's topology region label")
@@ -437,7 +438,7 @@ func (c *Config) validate() error {
 	if c.MinSyncPeriod.Duration < 0 || c.SyncPeriod.Duration <= 0 || c.FullSyncPeriod.Duration <= 0 {
 		errs = append(errs, errors.New("--sync-period and --full-sync-period must be positive, --min-sync-period not negative"))
 	}
-	if c.clusterConfig().Enabled() && c.Manifests != "" {
+	if c.inCluster() && c.Manifests != "" {
 		errs = append(errs, errors.New("--manifests: standalone mode cannot be combined with a cluster (--kubeconfig or --api-server)"))
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
@@ -448,7 +449,7 @@ func (c *Config) validate() error {
 
 // validLoadBalancer checks the LoadBalancer IP settings together.
 func (c *Config) validLoadBalancer() []error {
-	lb, cluster := c.LoadBalancer, c.clusterConfig().Enabled()
+	lb, cluster := c.LoadBalancer, c.inCluster()
 	var errs []error
 	if lb.Allocate && !cluster {
 		errs = append(errs, errors.New("--lb-allocate (loadBalancer.allocate): allocation writes Service status, it needs a cluster (--api-server or --kubeconfig)"))
@@ -512,10 +513,14 @@ func (c *Config) clusterServer() string {
 	return "kubeconfig " + c.Kubeconfig
 }
 
-// clusterConfig is the cluster source's part of the configuration.
-func (c *Config) clusterConfig() cluster.Config {
+// clusterConfig is the cluster source's part of the configuration; version is the
+// daemon's, for the user agent.
+func (c *Config) clusterConfig(version string) cluster.Config {
 	return cluster.Config{
 		Kubeconfig: c.Kubeconfig, APIServer: c.APIServer, TokenFile: c.TokenFile, CAFile: c.CAFile,
 		QPS: c.KubeAPIQPS, Burst: c.KubeAPIBurst, UserAgent: "edgegate/" + version,
 	}
 }
+
+// inCluster says the configuration names a cluster (--kubeconfig or --api-server).
+func (c *Config) inCluster() bool { return c.clusterConfig("").Enabled() }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/edgegate/edgegate/firmware/layout"
 )
 
-// firmware is what the daemon gets from PID 1 when it runs as the gateway's firmware.
-type firmware struct {
+// Firmware is what the daemon gets from PID 1 when it runs as the gateway's firmware.
+type Firmware struct {
 	// ready tells PID 1 a sync succeeded (its first prints EDGEGATE-READY).
 	ready func()
 	// updates is the A/B updater of this boot; its Status says when updates are unavailable.
@@ -54,13 +54,14 @@ const boardFile = "/etc/edgegate/board"
 
 var (
 	firmwareOnce   sync.Once
-	firmwareOfPID1 *firmware
+	firmwareOfPID1 *Firmware
 )
 
-// firmwareFor sets up the updater once per boot, before the daemon's configuration is
+// FirmwareFor sets up the updater once per boot, before the daemon's configuration is
 // known to be good: a new firmware whose daemon cannot even start must still reboot at its
-// trial deadline, so that the old slot comes back. cfg is used when it parsed.
-func firmwareFor(m *pid1.Machine, cfg Config, cfgErr error) *firmware {
+// trial deadline, so that the old slot comes back. cfg is used when it parsed; version is
+// the daemon's, the firmware's own.
+func FirmwareFor(m *pid1.Machine, cfg Config, cfgErr error, version string) *Firmware {
 	firmwareOnce.Do(func() {
 		log := m.Log().With("component", "update")
 		uc, stateDir := defaults().Update, defaults().StateDir
@@ -93,7 +94,7 @@ func firmwareFor(m *pid1.Machine, cfg Config, cfgErr error) *firmware {
 			Reboot: m.Reboot, Marker: m.Marker, Log: log,
 		})
 		go mgr.Start(context.Background())
-		firmwareOfPID1 = &firmware{ready: m.Ready, updates: mgr, health: h}
+		firmwareOfPID1 = &Firmware{ready: m.Ready, updates: mgr, health: h}
 	})
 	return firmwareOfPID1
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -46,6 +46,8 @@ type joined struct {
 	health     *healthz.Server
 	drains     *drains
 	log        *slog.Logger
+	// rollouts is the firmware's part of fleet rollouts; nil but on the firmware.
+	rollouts *rollout.Controller
 
 	// programmed is set by the first successful sync: what the Node's Ready means.
 	programmed atomic.Bool
@@ -53,10 +55,11 @@ type joined struct {
 }
 
 // join builds the cluster mode's components; nothing talks to the API server before run.
-// changed is called when the tracker's contents changed; annotations are kept on the Node.
-func join(cfg Config, nodeName string, tracker *model.Tracker, changed func(), health *healthz.Server,
+// changed is called when the tracker's contents changed; annotations are kept on the Node;
+// version is the daemon's.
+func join(cfg Config, version, nodeName string, tracker *model.Tracker, changed func(), health *healthz.Server,
 	dr *drains, m *metrics.Metrics, annotations map[string]string, log *slog.Logger) (*joined, error) {
-	rc, err := cfg.clusterConfig().RESTConfig()
+	rc, err := cfg.clusterConfig(version).RESTConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -151,29 +154,37 @@ func (j *joined) synced() {
 	}
 }
 
-// components returns the cluster mode's long-running parts for run to start. syncer, the
-// proxy's sync loop, and the routes start only once the source holds a whole state (the
-// API server's or the cache's): a sync of the empty state would remove the rules that still
-// forward from before a restart.
-func (j *joined) components(syncer func(context.Context)) map[string]func(context.Context) {
-	return map[string]func(context.Context){
-		"cluster":    j.source.Run,
-		"rejections": j.rejections.Run,
-		"node":       j.member.Run,
-		"sync": func(ctx context.Context) {
+// units returns the cluster mode's long-running parts, each ending the run when it fails
+// (informers and leader elections start once). syncer, the proxy's sync loop, and the
+// routes start only once the source holds a whole state (the API server's or the cache's):
+// a sync of the empty state would remove the rules that still forward from before a
+// restart.
+func (j *joined) units(syncer func(context.Context)) []Unit {
+	loop := func(run func(context.Context)) func(context.Context) error {
+		return func(ctx context.Context) error { run(ctx); return nil }
+	}
+	us := []Unit{
+		{Name: "cluster", Run: loop(j.source.Run)},
+		{Name: "rejections", Run: loop(j.rejections.Run)},
+		{Name: "node", Run: loop(j.member.Run)},
+		{Name: "sync", Run: loop(func(ctx context.Context) {
 			start := time.Now()
 			if j.waitReady(ctx) {
 				lk := j.source.Link()
 				j.log.Info("cluster state ready; programming", "fromCache", lk.FromCache, "after", time.Since(start).Round(time.Millisecond))
 				syncer(ctx)
 			}
-		},
-		"routes": func(ctx context.Context) {
+		})},
+		{Name: "routes", Run: loop(func(ctx context.Context) {
 			if j.waitReady(ctx) {
 				j.routes.Run(ctx)
 			}
-		},
+		})},
 	}
+	if j.rollouts != nil {
+		us = append(us, Unit{Name: "rollout", Run: j.rollouts.Run})
+	}
+	return us
 }
 
 func (j *joined) waitReady(ctx context.Context) bool {

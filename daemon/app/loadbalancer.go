@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -89,7 +89,7 @@ func newLoadBalancer(c Config, node string, m *metrics.Metrics, log *slog.Logger
 		}
 	case cfg.InsecureUnsignedHeartbeats:
 		l.log.Warn("heartbeats are NOT signed (--lb-insecure-unsigned-heartbeats): any host on the segment can take LoadBalancer IPs")
-	case c.clusterConfig().Enabled():
+	case c.inCluster():
 		// The key comes from the cluster's Secret (attach); nothing is announced before.
 		mc.AwaitKey = true
 	default:
@@ -208,33 +208,35 @@ func (l *loadBalancer) update() {
 	l.speaker.SetAddresses(addrs)
 }
 
-// components are the long-running parts, for run to start.
-func (l *loadBalancer) components() map[string]func(ctx context.Context) error {
-	c := map[string]func(ctx context.Context) error{}
+// units are the long-running parts, each ending the run when it fails: the members and
+// the announcer close their sockets when their Run ends, and the others follow them.
+func (l *loadBalancer) units() []Unit {
+	var us []Unit
 	if l.watcher != nil {
-		c["lb-pools"] = func(ctx context.Context) error {
+		us = append(us, Unit{Name: "lb-pools", Run: func(ctx context.Context) error {
 			var wg sync.WaitGroup
 			wg.Go(func() { l.followPools(ctx) })
 			defer wg.Wait()
 			return l.watcher.Run(ctx)
-		}
+		}})
 	}
 	if l.allocator != nil {
-		c["lb-allocator"] = l.allocator.Run
+		us = append(us, Unit{Name: "lb-allocator", Run: l.allocator.Run})
 	}
 	if l.group == nil {
-		return c
+		return us
 	}
-	c["lb-members"] = l.group.Run
-	c["lb-announce"] = l.announcer.Run
-	c["lb-speaker"] = func(ctx context.Context) error { l.speaker.Run(ctx); return nil }
+	us = append(us,
+		Unit{Name: "lb-members", Run: l.group.Run},
+		Unit{Name: "lb-announce", Run: l.announcer.Run},
+		Unit{Name: "lb-speaker", Run: func(ctx context.Context) error { l.speaker.Run(ctx); return nil }})
 	if l.leases != nil {
-		c["lb-leases"] = func(ctx context.Context) error { l.leases.Run(ctx, l.client); return nil }
+		us = append(us, Unit{Name: "lb-leases", Run: func(ctx context.Context) error { l.leases.Run(ctx, l.client); return nil }})
 	}
 	if l.keySecret != nil {
-		c["lb-key"] = l.keySecret.Run
+		us = append(us, Unit{Name: "lb-key", Run: l.keySecret.Run})
 	}
-	return c
+	return us
 }
 
 // followPools updates the announcements when the pools ConfigMap changes.

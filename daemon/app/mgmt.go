@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -11,14 +11,85 @@ import (
 	"strings"
 
 	"github.com/edgegate/edgegate/daemon/dashboard"
+	"github.com/edgegate/edgegate/daemon/kernel/kernelview"
 	"github.com/edgegate/edgegate/daemon/kernel/mgmt"
 	"github.com/edgegate/edgegate/daemon/lb/alloc"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
+	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/node"
 )
 
 // The management plane: where the dashboard and operator API listen, with which
 // certificate, and the kernel's source allow-list in front of it.
+
+// management is the started management plane; dash is nil when the dashboard is off (then
+// plane is empty: no address, no allow-list), cert nil without an address off loopback.
+type management struct {
+	dash  *dashboard.Dashboard
+	plane dashboard.Plane
+	cert  *dashboard.Cert
+}
+
+// newManagement resolves the plane and builds the dashboard (its listener's gate from
+// gates), which records the daemon's log from then on: it returns the logger the other
+// steps use. Any failure here turns the dashboard off, never the daemon.
+func newManagement(cfg Config, version, nodeName string, gates func(name string) *listener.Gate, log *slog.Logger) (management, *slog.Logger) {
+	if cfg.DashboardBindAddress == "" {
+		return management{}, log
+	}
+	plane, cert, err := managementPlane(cfg, nodeName, log)
+	if err != nil {
+		log.Error("dashboard disabled", "err", err)
+		return management{}, log
+	}
+	// The rules pages and the traffic are the dataplane's (dash.Record in newProxy).
+	dash, log := dashboard.ForDaemon(dashboard.Options{Version: version, Mode: cfg.ProxyMode, Node: nodeName, Families: families,
+		Kernel: kernelview.Kernel{}, Gate: gates("dashboard")},
+		plane.Binds, cfg.DashboardTokenFile, cfg.StateDir, log)
+	if dash == nil {
+		return management{}, log
+	}
+	if cert != nil {
+		log.Info("dashboard TLS certificate: pin it", "certSHA256", cert.SHA256, "spkiSHA256", cert.SPKISHA256, "file", cert.CertFile)
+	}
+	return management{dash: dash, plane: plane, cert: cert}, log
+}
+
+// follow shows the drain state on the dashboard and lets its operator drain, and serves
+// the firmware's updater (fw nil: not the firmware).
+func (mg management) follow(dr *drains, fw *Firmware) {
+	if mg.dash == nil {
+		return
+	}
+	if fw != nil {
+		mg.dash.ServeUpdates(fw.updates)
+	}
+	dr.changed = mg.dash.ShowDrain
+	mg.dash.OnDrain(func(on bool) bool { return dr.set(drainOperator, on) })
+}
+
+// units are the dashboard's, and the LoadBalancer's, whose status it shows. The dashboard
+// addresses that follow the cluster's pools restart on their own: they hold nothing but
+// the pools' state they read again.
+func (mg management) units(cfg Config, lbs *loadBalancer, allowList *mgmt.Kernel, log *slog.Logger) []Unit {
+	var us []Unit
+	if mg.dash != nil {
+		us = append(us, Unit{Name: "dashboard", Run: func(ctx context.Context) error { mg.dash.Start(ctx, mg.plane); return nil }})
+	}
+	if lbs == nil {
+		return us
+	}
+	if mg.dash != nil {
+		mg.dash.WatchLoadBalancer(func() any { return lbs.status() })
+	}
+	us = append(us, lbs.units()...)
+	if mg.dash != nil && lbs.watcher != nil && followsClusterPools(cfg) {
+		us = append(us, Unit{Name: "dashboard-addresses", Policy: Restart, Run: func(ctx context.Context) error {
+			return followPools(ctx, cfg, lbs.watcher, mg.plane, mg.dash, allowList, log.With("component", "dashboard"))
+		}})
+	}
+	return us
+}
 
 // managementPlane resolves the dashboard's addresses and loads its certificate when one of
 // them is off loopback, or may be once the cluster's pools are known. An error disables the
@@ -81,7 +152,7 @@ func (c Config) nodeIPAddrs() []netip.Addr {
 func followsClusterPools(cfg Config) bool {
 	host, _, err := net.SplitHostPort(cfg.DashboardBindAddress)
 	return err == nil && host == dashboard.NodeIPHost && !cfg.DashboardOnLBInterfaces &&
-		cfg.LoadBalancer.PoolsFile == "" && cfg.LoadBalancer.Announce && cfg.clusterConfig().Enabled()
+		cfg.LoadBalancer.PoolsFile == "" && cfg.LoadBalancer.Announce && cfg.inCluster()
 }
 
 // dashboardBinds resolves --dashboard-bind-address, leaving out the node IPs on interfaces
