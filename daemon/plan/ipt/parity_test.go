@@ -8,20 +8,9 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
-
-// TestScenarios runs the scenarios of every mode (plantest.RunScenarios) through iptables
-// plans with the iptables tracer.
-func TestScenarios(t *testing.T) {
-	pt.RunScenarios(t, pt.Mode{Mode: plan.ModeIPTables,
-		Plan: func(t *testing.T, cfg plan.Config, f model.Family, objs ...any) (pt.Tracer, func() string) {
-			p := buildIPT(t, cfg, f, objs...)
-			return pt.NewIPTTracer(t, p, pt.NodeAddrs...), p.Dump
-		}})
-}
 
 // TestProxyModeAddressNotPlanned: nothing about an ipMode Proxy LoadBalancer address may
 // be in the plan at all.

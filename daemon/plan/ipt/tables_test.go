@@ -26,11 +26,7 @@ import (
 // buildIPT plans one family in iptables mode and proves the plan is one iptables would take.
 func buildIPT(t *testing.T, cfg plan.Config, f model.Family, objs ...any) *ipt.Tables {
 	t.Helper()
-	p := ipt.Build(mt.Snapshot(objs...), f, cfg)
-	if err := checkIPT(p); err != nil {
-		t.Fatalf("checkIPT: %v\n%s", err, p.Dump())
-	}
-	return p
+	return iptMode.Build(t, mt.Snapshot(objs...), f, cfg)
 }
 
 // iptMaxChainName is the longest chain name iptables accepts.

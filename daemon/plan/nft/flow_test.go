@@ -20,11 +20,7 @@ import (
 // build plans one family and proves the plan is one the kernel would take.
 func build(t *testing.T, cfg plan.Config, f model.Family, objs ...any) *nft.Table {
 	t.Helper()
-	tab := nft.Build(mt.Snapshot(objs...), f, cfg)
-	if err := tab.Validate(); err != nil {
-		t.Fatalf("Validate: %v\n%s", err, tab.Dump())
-	}
-	return tab
+	return nftMode.Build(t, mt.Snapshot(objs...), f, cfg)
 }
 
 type flow struct {
