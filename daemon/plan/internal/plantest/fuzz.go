@@ -82,7 +82,7 @@ func FuzzPlan[P Plan](f *testing.F, m Mode[P], name string, mult int) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, cfg, snap := FuzzWorld(data, FuzzMode{})
 		for _, fam := range []model.Family{model.IPv4, model.IPv6} {
-			p := m.Build(t, snap, fam, cfg)
+			p := m.checked(t, m.Plan(snap, fam, cfg), fam)
 			_ = plan.UDP(snap, fam, cfg)
 			CheckFlows(t, snap, cfg, ModePlan{Mode: m.Mode, Family: fam, Conflicts: m.Conflicts != nil && m.Conflicts(snap, fam, cfg, p),
 				Dump: p.Dump, Tracer: func(node string) Tracer { return m.Tracer(t, p, node) }})

@@ -70,10 +70,14 @@ type Mode[P Plan] struct {
 	Conflicts func(snap *model.Snapshot, f model.Family, cfg plan.Config, p P) bool
 }
 
-// Build plans snap in family f and fails t if the plan fails m.Check.
-func (m Mode[P]) Build(t *testing.T, snap *model.Snapshot, f model.Family, cfg plan.Config) P {
+// Build plans objs in family f and fails t if the plan fails m.Check.
+func (m Mode[P]) Build(t *testing.T, cfg plan.Config, f model.Family, objs ...any) P {
 	t.Helper()
-	p := m.Plan(snap, f, cfg)
+	return m.checked(t, m.Plan(mt.Snapshot(objs...), f, cfg), f)
+}
+
+func (m Mode[P]) checked(t *testing.T, p P, f model.Family) P {
+	t.Helper()
 	if err := m.Check(p); err != nil {
 		t.Fatalf("%s %v plan fails its check: %v\n%s", m.Mode, f, err, p.Dump())
 	}
@@ -83,7 +87,7 @@ func (m Mode[P]) Build(t *testing.T, snap *model.Snapshot, f model.Family, cfg p
 // Dumps is the dump GoldenDumps keeps: the plans of m with cfg.
 func (m Mode[P]) Dumps(cfg plan.Config) func(t *testing.T, f model.Family, objs ...any) string {
 	return func(t *testing.T, f model.Family, objs ...any) string {
-		return m.Build(t, mt.Snapshot(objs...), f, cfg).Dump()
+		return m.Build(t, cfg, f, objs...).Dump()
 	}
 }
 
@@ -103,7 +107,7 @@ func RunScenarios[P Plan](t *testing.T, m Mode[P]) {
 					}
 					for _, fl := range c.Flows {
 						t.Run(fl.Name, func(t *testing.T) {
-							p := m.Build(t, mt.Snapshot(c.Objs...), fam, cfg)
+							p := m.Build(t, cfg, fam, c.Objs...)
 							tr := m.Tracer(t, p, NodeAddrs...)
 							if want, got := fl.want(m.Mode), tr.Results(fl.P); !cmp.Equal(want, got) {
 								t.Errorf("%s: %v: (-want +got)\n%s\n%s\n%s", m.Mode, fl.P, cmp.Diff(want, got), Trails(tr.All(fl.P)), p.Dump())
