@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/nft"
@@ -28,7 +29,7 @@ func TestSplitFollowsThePlanner(t *testing.T) {
 			tr := model.NewTracker()
 			for _, objs := range pt.GoldenFixtures() {
 				for _, o := range objs {
-					pt.Upsert(tr, o)
+					mt.Upsert(tr, o)
 				}
 			}
 			p := &nft.Planner{Family: f}
