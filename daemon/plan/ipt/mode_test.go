@@ -31,6 +31,9 @@ func TestIPTGoldenDumps(t *testing.T) {
 	pt.GoldenDumps(t, pt.GoldenFixtures(), iptMode.Dumps(plan.Config{NodeName: "gw"}))
 }
 
+// TestIPTNoDataPlane: plantest.NoDataPlane.
+func TestIPTNoDataPlane(t *testing.T) { pt.NoDataPlane(t, iptMode) }
+
 // FuzzPlan plans both families of plantest's fuzz world in iptables mode and checks that
 // planning never panics, that every plan passes checkIPT, that the tracer can walk it,
 // and, where no two services clash, that traffic to each cluster IP and node port goes

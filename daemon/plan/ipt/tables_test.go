@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/model"
@@ -357,23 +356,5 @@ func TestIPTDumpChainOrder(t *testing.T) {
 		if !slices.IsSorted(declared) || !slices.IsSorted(listed) {
 			t.Errorf("chains not in name order:\ndeclared %v\nlisted %v", declared, listed)
 		}
-	}
-}
-
-func TestIPTNoDataPlane(t *testing.T) {
-	empty := iptMode.Build(t, pt.Cfg, model.IPv4).Dump()
-	for name, svc := range map[string]*v1.Service{
-		"ExternalName": pt.Web(mt.ExternalName("db.example.com")),
-		"headless":     pt.Web(mt.Headless()),
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := iptMode.Build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready()).Dump(); got != empty {
-				t.Errorf("plan differs from the empty one:\n%s", got)
-			}
-		})
-	}
-	// A v4-only service leaves the v6 plan as if it did not exist.
-	if got, want := iptMode.Build(t, pt.Cfg, model.IPv6, pt.Web(pt.NodePort), pt.WebV4Ready()).Dump(), iptMode.Build(t, pt.Cfg, model.IPv6).Dump(); got != want {
-		t.Errorf("v4-only service in the v6 plan:\n%s", got)
 	}
 }

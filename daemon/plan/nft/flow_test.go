@@ -336,20 +336,6 @@ func TestFlowDualStack(t *testing.T) {
 	}
 }
 
-func TestNoDataPlane(t *testing.T) {
-	empty := nftMode.Build(t, pt.Cfg, model.IPv4).Dump()
-	for name, svc := range map[string]*v1.Service{
-		"ExternalName": pt.Web(mt.ExternalName("db.example.com")),
-		"headless":     pt.Web(mt.Headless()),
-	} {
-		t.Run(name, func(t *testing.T) {
-			if d := cmp.Diff(empty, nftMode.Build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready()).Dump()); d != "" {
-				t.Errorf("(-empty +got):\n%s", d)
-			}
-		})
-	}
-}
-
 func TestConflictingServices(t *testing.T) {
 	// Both services claim 10.96.0.10:80, 203.0.113.10:80 and node port 30080; "alpha" sorts
 	// first and keeps them, whether or not it has endpoints.

@@ -28,6 +28,9 @@ func TestGoldenDumps(t *testing.T) {
 	pt.GoldenDumps(t, pt.GoldenFixtures(), nftMode.Dumps(plan.Config{NodeName: "gw"}))
 }
 
+// TestNoDataPlane: plantest.NoDataPlane.
+func TestNoDataPlane(t *testing.T) { pt.NoDataPlane(t, nftMode) }
+
 // FuzzPlan plans both families of plantest's fuzz world in nftables mode and checks that
 // planning never panics, that every plan Validates, that the tracer can walk it, and,
 // where no two services clash, that traffic to each cluster IP and node port goes where

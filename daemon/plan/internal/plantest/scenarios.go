@@ -91,6 +91,26 @@ func (m Mode[P]) Dumps(cfg plan.Config) func(t *testing.T, f model.Family, objs 
 	}
 }
 
+// NoDataPlane proves that Services without a data plane (ExternalName, headless) plan
+// nothing in mode m, and that an IPv4-only Service leaves the IPv6 plan as if it did not
+// exist.
+func NoDataPlane[P Plan](t *testing.T, m Mode[P]) {
+	empty := m.Build(t, Cfg, model.IPv4).Dump()
+	for name, svc := range map[string]*v1.Service{
+		"ExternalName": Web(mt.ExternalName("db.example.com")),
+		"headless":     Web(mt.Headless()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if d := cmp.Diff(empty, m.Build(t, Cfg, model.IPv4, svc, WebV4Ready()).Dump()); d != "" {
+				t.Errorf("%s: plan differs from the empty one (-empty +got):\n%s", m.Mode, d)
+			}
+		})
+	}
+	if d := cmp.Diff(m.Build(t, Cfg, model.IPv6).Dump(), m.Build(t, Cfg, model.IPv6, Web(NodePort), WebV4Ready()).Dump()); d != "" {
+		t.Errorf("%s: v4-only service in the v6 plan (-empty +got):\n%s", m.Mode, d)
+	}
+}
+
 // RunScenarios runs every scenario through mode m.
 func RunScenarios[P Plan](t *testing.T, m Mode[P]) {
 	for _, g := range groups {
