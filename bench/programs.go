@@ -47,6 +47,17 @@ type runEnv struct {
 
 const metricsAddress = "127.0.0.1:10249"
 
+// sharedFlags are the flags both programs take, with the same meaning: the health and
+// metrics addresses the bench reads, and conntrack sysctls left alone (0 leaves
+// nf_conntrack_max alone: it is global, not the namespace's).
+var sharedFlags = []string{
+	"--healthz-bind-address=0.0.0.0:10256",
+	"--metrics-bind-address=" + metricsAddress,
+	"--conntrack-max-per-core=0",
+	"--conntrack-tcp-timeout-established=0",
+	"--conntrack-tcp-timeout-close-wait=0",
+}
+
 // Both get the admin's credentials (system:masters), so neither waits on RBAC, and the same
 // tuning: conntrack sysctls left alone (they are the host's), product defaults for everything
 // else (both sync at most once a second).
@@ -61,12 +72,8 @@ var (
 				"--node-ip", e.NodeIP,
 				"--state-dir", e.StateDir,
 				"--dashboard-bind-address=",
-				"--healthz-bind-address=0.0.0.0:10256",
-				"--metrics-bind-address=" + metricsAddress,
-				"--conntrack-max-per-core=0",
-				"--conntrack-tcp-timeout-established=0",
-				"--conntrack-tcp-timeout-close-wait=0",
 			}
+			argv = append(argv, sharedFlags...)
 			if e.MinSyncPeriod != "" {
 				argv = append(argv, "--min-sync-period="+e.MinSyncPeriod)
 			}
@@ -97,15 +104,10 @@ var (
 				"--proxy-mode=" + mode,
 				"--kubeconfig", e.Kubeconfig,
 				"--hostname-override", e.Node,
-				"--healthz-bind-address=0.0.0.0:10256",
-				"--metrics-bind-address=" + metricsAddress,
-				// 0 leaves nf_conntrack_max alone (it is global, not the namespace's).
-				"--conntrack-max-per-core=0",
-				"--conntrack-tcp-timeout-established=0",
-				"--conntrack-tcp-timeout-close-wait=0",
 				// Its default -999 would shield it from the OOM killer on a shared machine.
 				"--oom-score-adj=0",
 			}
+			argv = append(argv, sharedFlags...)
 			if e.MinSyncPeriod != "" {
 				// The flag's name is historical: it sets the nftables mode's, too.
 				argv = append(argv, "--iptables-min-sync-period="+e.MinSyncPeriod)

@@ -1,70 +1,16 @@
 package ipt
 
 import (
-	"fmt"
 	"math/rand"
 	"net/netip"
 	"strings"
 	"testing"
-
-	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
-
-// randomState is one desired state: a few services, each with a random subset of
-// endpoints, policies, families and affinity, so consecutive states add, change and remove
-// service, endpoint and firewall chains in both families.
-func randomState(r *rand.Rand) *model.Snapshot {
-	var objs []any
-	for i := 0; i < 6; i++ {
-		if r.Intn(4) == 0 {
-			continue
-		}
-		name := fmt.Sprintf("svc%d", i)
-		proto := v1.ProtocolTCP
-		if i%3 == 2 {
-			proto = v1.ProtocolUDP
-		}
-		mods := []func(*v1.Service){mt.Port("p", proto, int32(80+i), 8080, int32(30000+i))}
-		dual := r.Intn(2) == 0
-		if dual {
-			mods = append(mods, mt.DualStack(fmt.Sprintf("fd00:96::%d", 10+i)))
-		}
-		if r.Intn(2) == 0 {
-			mods = append(mods, mt.Affinity(int32(60*(1+r.Intn(3)))))
-		}
-		if r.Intn(2) == 0 {
-			mods = append(mods, mt.LoadBalancerIPs(fmt.Sprintf("203.0.113.%d", 10+i), fmt.Sprintf("2001:db8:113::%d", 10+i)),
-				mt.SourceRanges("10.0.0.0/8", "2001:db8::/32"))
-		} else {
-			mods = append(mods, mt.Type(v1.ServiceTypeNodePort))
-		}
-		if r.Intn(3) == 0 {
-			mods = append(mods, mt.ExternalLocal(int32(32000+i)))
-		}
-		objs = append(objs, mt.Service("ns", name, fmt.Sprintf("10.96.0.%d", 10+i), mods...))
-		var v4, v6 []discovery.Endpoint
-		for e := 0; e < 4; e++ {
-			node := mt.OnNode([]string{"gw", "other"}[r.Intn(2)])
-			if r.Intn(2) == 0 {
-				v4 = append(v4, mt.EP(fmt.Sprintf("10.200.%d.%d", i, 10+e), node))
-			}
-			if dual && r.Intn(2) == 0 {
-				v6 = append(v6, mt.EP(fmt.Sprintf("fd00:200:%d::%d", i, 10+e), node))
-			}
-		}
-		objs = append(objs, mt.Slice("ns", name+"-v4", name, "p", proto, 8080, v4...))
-		if len(v6) > 0 {
-			objs = append(objs, mt.Slice("ns", name+"-v6", name, "p", proto, 8080, v6...))
-		}
-	}
-	return mt.Snapshot(objs...)
-}
 
 // ownedRules reads back what edgegate owns in both families, as iptables-nft-save prints it.
 func ownedRules(t *testing.T, ns string) map[model.Family]ruleset {
@@ -93,7 +39,7 @@ func TestPartialSyncsConverge(t *testing.T) {
 	cfg := plan.Config{NodeName: "gw", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16")}}
 	var states []*model.Snapshot
 	for i := 0; i < 20; i++ {
-		states = append(states, randomState(r))
+		states = append(states, mt.Snapshot(mt.RandomWorld{DualStack: true}.Objects(r)...))
 	}
 	var incremental, fresh map[model.Family]ruleset
 	inNetns(t, func(ns string) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
 )
@@ -28,7 +29,7 @@ func TestRuleMessagesMatchGoogle(t *testing.T) {
 		netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("fd00:200::/32")}}}
 	snaps := []*model.Snapshot{demoSnapshot()}
 	for seed := range 4 {
-		snaps = append(snaps, randomState(rand.New(rand.NewSource(int64(seed)))))
+		snaps = append(snaps, mt.Snapshot(mt.RandomWorld{DualStack: true}.Objects(rand.New(rand.NewSource(int64(seed))))...))
 	}
 	rules, kinds := 0, map[bool]int{}
 	for _, snap := range snaps {

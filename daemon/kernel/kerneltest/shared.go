@@ -7,8 +7,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
-	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
@@ -75,12 +73,7 @@ func OneChangeBenchmarks(b *testing.B, sizes [][2]int, enter func(testing.TB, fu
 		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
 			tr := model.NewTracker()
 			for _, o := range mt.BenchObjects(size[0], size[1]) {
-				switch o := o.(type) {
-				case *v1.Service:
-					tr.UpsertService(o)
-				case *discovery.EndpointSlice:
-					tr.UpsertSlice(o)
-				}
+				mt.Upsert(tr, o)
 			}
 			enter(b, func(string) {
 				sync := newSync()

@@ -10,63 +10,12 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
-
-// randomState is one desired state: a few services, each with a random subset of
-// endpoints, policies and affinity, so consecutive states add, change and remove chains,
-// maps elements, counters and affinity sets.
-func randomState(r *rand.Rand) *model.Snapshot { return mt.Snapshot(randomObjects(r, false)...) }
-
-// randomObjects are randomState's objects; with shared, every service picks its endpoints
-// from one pool, so services share hairpin elements.
-func randomObjects(r *rand.Rand, shared bool) []any {
-	var objs []any
-	for i := 0; i < 6; i++ {
-		if r.Intn(4) == 0 {
-			continue
-		}
-		name := fmt.Sprintf("svc%d", i)
-		proto := v1.ProtocolTCP
-		if i%3 == 2 {
-			proto = v1.ProtocolUDP
-		}
-		mods := []func(*v1.Service){mt.Port("p", proto, int32(80+i), 8080, int32(30000+i))}
-		if r.Intn(2) == 0 {
-			mods = append(mods, mt.Affinity(int32(60*(1+r.Intn(3)))))
-		}
-		if r.Intn(2) == 0 {
-			mods = append(mods, mt.LoadBalancerIPs(fmt.Sprintf("203.0.113.%d", 10+i)), mt.SourceRanges("10.0.0.0/8"))
-		} else {
-			mods = append(mods, mt.Type(v1.ServiceTypeNodePort))
-		}
-		if r.Intn(3) == 0 {
-			mods = append(mods, mt.ExternalLocal(int32(32000+i)))
-		}
-		objs = append(objs, mt.Service("ns", name, fmt.Sprintf("10.96.0.%d", 10+i), mods...))
-		var eps []discovery.Endpoint
-		for e := 0; e < 4; e++ {
-			if r.Intn(2) == 0 {
-				addr := fmt.Sprintf("10.200.%d.%d", i, 10+e)
-				if shared { // overlapping windows of one pool: services share some
-					addr = fmt.Sprintf("10.200.0.%d", 10+(2*i+e)%12)
-				}
-				node := "worker" // every other endpoint on this node: only those hairpin
-				if e%2 == 0 {
-					node = "gw"
-				}
-				eps = append(eps, mt.EP(addr, mt.OnNode(node)))
-			}
-		}
-		objs = append(objs, mt.Slice("ns", name+"-1", name, "p", proto, 8080, eps...))
-	}
-	return objs
-}
 
 // normalized lists a table with nft and puts it in a canonical order: nft lists objects
 // and set elements in the order they were created, which differs between a table built up
@@ -121,7 +70,7 @@ func TestPartialSyncsConverge(t *testing.T) {
 	cfg := plan.Config{NodeName: "gw"}
 	var states []*model.Snapshot
 	for i := 0; i < 25; i++ {
-		states = append(states, randomState(r))
+		states = append(states, mt.Snapshot(mt.RandomWorld{}.Objects(r)...))
 	}
 	var incremental, fresh string
 	inNetns(t, func(ns string) {
@@ -161,7 +110,7 @@ func TestPlannerPartialSyncsConverge(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
 		for i := 0; i < 25; i++ {
-			replaceObjects(tr, randomObjects(r, true))
+			replaceObjects(tr, mt.RandomWorld{Shared: true}.Objects(r))
 			last, _ = tr.Snapshot()
 			if _, err := k.Apply([]*nftplan.Table{p.Plan(last, cfg)}, i == 0); err != nil {
 				t.Fatalf("state %d: %v", i, err)
@@ -183,19 +132,14 @@ func TestPlannerPartialSyncsConverge(t *testing.T) {
 	}
 }
 
-// replaceObjects makes objs (randomObjects') the tracker's only services and slices.
+// replaceObjects makes objs (mt.RandomWorld's) the tracker's only services and slices.
 func replaceObjects(tr *model.Tracker, objs []any) {
 	for n := 0; n < 6; n++ {
 		tr.DeleteService("ns", fmt.Sprintf("svc%d", n))
-		tr.DeleteSlice("ns", fmt.Sprintf("svc%d-1", n))
+		tr.DeleteSlice("ns", fmt.Sprintf("svc%d-v4", n))
 	}
 	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1.Service:
-			tr.UpsertService(o)
-		case *discovery.EndpointSlice:
-			tr.UpsertSlice(o)
-		}
+		mt.Upsert(tr, o)
 	}
 }
 
@@ -342,7 +286,7 @@ func TestSplitPartialSyncsConverge(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
 		for i := 0; i < 40; i++ {
-			objs := randomObjects(r, true)
+			objs := mt.RandomWorld{Shared: true}.Objects(r)
 			if i%10 >= 7 { // now and then few enough Services for fewer tables
 				objs = objs[:min(len(objs), 2)]
 			}

@@ -28,7 +28,7 @@ func TestRuleMessagesMatchGoogle(t *testing.T) {
 	configs := []plan.Config{{NodeName: "gw"}, {NodeName: "gw", MasqueradeAll: true}, {NodeName: "gw", ClusterCIDRs: cidrs}}
 	snaps := []*model.Snapshot{demoSnapshot(), demoSnapshot(mt.ExternalLocal(32000))}
 	for seed := range 4 {
-		snaps = append(snaps, mt.Snapshot(randomObjects(rand.New(rand.NewSource(int64(seed))), seed%2 == 0)...))
+		snaps = append(snaps, mt.Snapshot(mt.RandomWorld{Shared: seed%2 == 0}.Objects(rand.New(rand.NewSource(int64(seed))))...))
 	}
 	sctp := mt.Service("ns", "sctp", "10.96.9.9", mt.Port("s", v1.ProtocolSCTP, 9, 9, 0), mt.InternalLocal())
 	snaps = append(snaps, mt.Snapshot(sctp, mt.Slice("ns", "sctp-1", "sctp", "s", v1.ProtocolSCTP, 9, mt.EP("10.200.9.1", mt.OnNode("gw")))))

@@ -190,16 +190,21 @@ func Headless() func(*v1.Service) {
 	}
 }
 
+// Upsert adds or updates a Service or an EndpointSlice.
+func Upsert(tr *model.Tracker, o any) {
+	switch o := o.(type) {
+	case *v1.Service:
+		tr.UpsertService(o)
+	case *discovery.EndpointSlice:
+		tr.UpsertSlice(o)
+	}
+}
+
 // Snapshot builds a Snapshot from objects through a Tracker.
 func Snapshot(objs ...any) *model.Snapshot {
 	t := model.NewTracker()
 	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1.Service:
-			t.UpsertService(o)
-		case *discovery.EndpointSlice:
-			t.UpsertSlice(o)
-		}
+		Upsert(t, o)
 	}
 	s, _ := t.Snapshot()
 	return s

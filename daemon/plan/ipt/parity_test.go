@@ -8,26 +8,15 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
-
-// TestScenarios runs the scenarios of every mode (plantest.RunScenarios) through iptables
-// plans with the iptables tracer.
-func TestScenarios(t *testing.T) {
-	pt.RunScenarios(t, pt.Mode{Mode: plan.ModeIPTables,
-		Plan: func(t *testing.T, cfg plan.Config, f model.Family, objs ...any) (pt.Tracer, func() string) {
-			p := buildIPT(t, cfg, f, objs...)
-			return pt.NewIPTTracer(t, p, pt.NodeAddrs...), p.Dump
-		}})
-}
 
 // TestProxyModeAddressNotPlanned: nothing about an ipMode Proxy LoadBalancer address may
 // be in the plan at all.
 func TestProxyModeAddressNotPlanned(t *testing.T) {
 	lb := pt.Web(mt.LoadBalancerIPs("203.0.113.10"), mt.ProxyModeIngress("203.0.113.11"), mt.ExternalIPs("192.0.2.7"))
-	if d := buildIPT(t, pt.Cfg, model.IPv4, lb, pt.WebV4Ready()).Dump(); strings.Contains(d, "203.0.113.11") {
+	if d := iptMode.Build(t, pt.Cfg, model.IPv4, lb, pt.WebV4Ready()).Dump(); strings.Contains(d, "203.0.113.11") {
 		t.Errorf("ipMode Proxy address in the plan:\n%s", d)
 	}
 }
@@ -36,7 +25,7 @@ func TestProxyModeAddressNotPlanned(t *testing.T) {
 func TestMasqueradeBit(t *testing.T) {
 	bit3 := pt.Cfg
 	bit3.MasqueradeAll, bit3.MasqueradeBit = true, 3
-	p := buildIPT(t, bit3, model.IPv4, pt.Web(), pt.WebV4Ready())
+	p := iptMode.Build(t, bit3, model.IPv4, pt.Web(), pt.WebV4Ready())
 	if d := p.Dump(); !strings.Contains(d, "--mark 0x8/0x8") || strings.Contains(d, "0x4000") {
 		t.Errorf("masquerade bit 3 not used throughout:\n%s", d)
 	}
@@ -47,7 +36,7 @@ func TestMasqueradeBit(t *testing.T) {
 func TestAffinityAsNFTables(t *testing.T) {
 	objs := []any{pt.Web(mt.Affinity(300), mt.LoadBalancerIPs("203.0.113.10")), pt.WebV4Ready()}
 	nt := pt.NewNFTTracer(t, nft.Build(mt.Snapshot(objs...), model.IPv4, pt.Cfg), pt.NodeAddrs...)
-	it := pt.NewIPTTracer(t, buildIPT(t, pt.Cfg, model.IPv4, objs...), pt.NodeAddrs...)
+	it := pt.NewIPTTracer(t, iptMode.Build(t, pt.Cfg, model.IPv4, objs...), pt.NodeAddrs...)
 	for _, c := range []struct {
 		first  pt.Packet
 		pinned string

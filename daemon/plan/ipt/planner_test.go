@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/ipt"
@@ -27,7 +28,7 @@ func TestIPTPlannerReusesOnlyUnchanged(t *testing.T) {
 		tr := model.NewTracker()
 		for _, objs := range pt.GoldenFixtures() {
 			for _, o := range objs {
-				pt.Upsert(tr, o)
+				mt.Upsert(tr, o)
 			}
 		}
 		p := &ipt.Planner{Family: f}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/model"
@@ -22,16 +21,6 @@ import (
 // Structural checks of iptables plans and the tests of what the packet-flow tests cannot
 // see: the statistic probabilities, the rules' iptables-save spelling, the chain checks
 // themselves. Fixtures and the IP plan are nft_test.go's.
-
-// buildIPT plans one family in iptables mode and proves the plan is one iptables would take.
-func buildIPT(t *testing.T, cfg plan.Config, f model.Family, objs ...any) *ipt.Tables {
-	t.Helper()
-	p := ipt.Build(mt.Snapshot(objs...), f, cfg)
-	if err := checkIPT(p); err != nil {
-		t.Fatalf("checkIPT: %v\n%s", err, p.Dump())
-	}
-	return p
-}
 
 // iptMaxChainName is the longest chain name iptables accepts.
 const iptMaxChainName = 28
@@ -225,7 +214,7 @@ func TestIPTStatisticSpread(t *testing.T) {
 			for i := range n {
 				eps = append(eps, mt.EP(fmt.Sprintf("10.200.2.%d", 11+i)))
 			}
-			p := buildIPT(t, pt.Cfg, model.IPv4, pt.Web(), pt.WebV4(eps...))
+			p := iptMode.Build(t, pt.Cfg, model.IPv4, pt.Web(), pt.WebV4(eps...))
 			svc := p.Table("nat").Chain(ipt.PortChain("SVC", mt.Snapshot(pt.Web()).Sorted()[0].Name))
 			if svc == nil || len(svc.Rules) != n {
 				t.Fatalf("service chain: %+v\n%s", svc, p.Dump())
@@ -262,7 +251,7 @@ func TestIPTStatisticSpread(t *testing.T) {
 }
 
 func TestIPTHealthCheckNodePort(t *testing.T) {
-	p := buildIPT(t, pt.Cfg, model.IPv4, pt.Web(mt.LoadBalancerIPs("203.0.113.10"), mt.ExternalLocal(32000)), pt.WebV4Ready())
+	p := iptMode.Build(t, pt.Cfg, model.IPv4, pt.Web(mt.LoadBalancerIPs("203.0.113.10"), mt.ExternalLocal(32000)), pt.WebV4Ready())
 	tr := pt.NewIPTTracer(t, p, pt.NodeAddrs...)
 	got := tr.Trace(pt.Pkt(pt.Client, "10.200.1.1", 32000))
 	accepted := "filter: -A EG-NODEPORTS -p tcp -m comment --comment \"default/web health check node port\" -m tcp --dport 32000 -j ACCEPT"
@@ -288,7 +277,7 @@ func TestIPTRejectWith(t *testing.T) {
 		{model.IPv6, "fd00:200:1::2", "fd00:96::10", "icmp6-port-unreachable", "icmp-port-unreachable"},
 	} {
 		t.Run(c.f.String(), func(t *testing.T) {
-			p := buildIPT(t, pt.Cfg, c.f, svc)
+			p := iptMode.Build(t, pt.Cfg, c.f, svc)
 			d := p.Dump()
 			if !strings.Contains(d, "--reject-with "+c.want) || strings.Contains(d, "--reject-with "+c.not) {
 				t.Errorf("want --reject-with %s only:\n%s", c.want, d)
@@ -342,7 +331,7 @@ func TestIPTSave(t *testing.T) {
 // TestIPTDumpChainOrder: iptables-nft-save declares and lists user chains sorted by name,
 // after the built-in chains' rules; Dump must too for the two to compare line by line.
 func TestIPTDumpChainOrder(t *testing.T) {
-	p := buildIPT(t, pt.Cfg, model.IPv4, pt.Web(mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges("10.200.1.0/24")), pt.WebV4Ready())
+	p := iptMode.Build(t, pt.Cfg, model.IPv4, pt.Web(mt.LoadBalancerIPs("203.0.113.10"), mt.SourceRanges("10.200.1.0/24")), pt.WebV4Ready())
 	for _, table := range strings.SplitAfter(p.Dump(), "COMMIT\n") {
 		var declared, listed []string
 		builtinDone := false
@@ -367,23 +356,5 @@ func TestIPTDumpChainOrder(t *testing.T) {
 		if !slices.IsSorted(declared) || !slices.IsSorted(listed) {
 			t.Errorf("chains not in name order:\ndeclared %v\nlisted %v", declared, listed)
 		}
-	}
-}
-
-func TestIPTNoDataPlane(t *testing.T) {
-	empty := buildIPT(t, pt.Cfg, model.IPv4).Dump()
-	for name, svc := range map[string]*v1.Service{
-		"ExternalName": pt.Web(mt.ExternalName("db.example.com")),
-		"headless":     pt.Web(mt.Headless()),
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := buildIPT(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready()).Dump(); got != empty {
-				t.Errorf("plan differs from the empty one:\n%s", got)
-			}
-		})
-	}
-	// A v4-only service leaves the v6 plan as if it did not exist.
-	if got, want := buildIPT(t, pt.Cfg, model.IPv6, pt.Web(pt.NodePort), pt.WebV4Ready()).Dump(), buildIPT(t, pt.Cfg, model.IPv6).Dump(); got != want {
-		t.Errorf("v4-only service in the v6 plan:\n%s", got)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan/ipvs"
 )
 
-// ipvsGoldenCfg is the IPVS goldens' configuration: golden_test.go's node "gw" with the
+// ipvsGoldenCfg is the IPVS goldens' configuration: the nftables goldens' node "gw" with the
 // demo's cluster CIDRs (so the cluster-IP masquerade rule shows), its addresses (one
 // link-local and the loopback ones, which never carry node ports).
 func ipvsGoldenCfg() ipvs.Config {
@@ -36,7 +36,7 @@ func scheduled(scheduler string) func(*v1.Service) {
 	}
 }
 
-// ipvsGoldenFixtures are golden_test.go's fixtures plus what only IPVS mode shows:
+// ipvsGoldenFixtures are plantest.GoldenFixtures plus what only IPVS mode shows:
 //
 //	itp          ClusterIP 10.96.0.40:80 with internalTrafficPolicy Local; endpoints
 //	             10.200.2.41 on "gw" (local) and 10.200.2.42 on backend-2

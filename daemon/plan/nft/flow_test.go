@@ -10,22 +10,11 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
-	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/nft"
 )
 
 // The IP plan and fixtures of the packet-flow tests are plantest's (world.go).
-
-// build plans one family and proves the plan is one the kernel would take.
-func build(t *testing.T, cfg plan.Config, f model.Family, objs ...any) *nft.Table {
-	t.Helper()
-	tab := nft.Build(mt.Snapshot(objs...), f, cfg)
-	if err := tab.Validate(); err != nil {
-		t.Fatalf("Validate: %v\n%s", err, tab.Dump())
-	}
-	return tab
-}
 
 type flow struct {
 	name string
@@ -51,7 +40,7 @@ func runFlows(t *testing.T, tab *nft.Table, flows []flow) {
 }
 
 func TestFlowClusterIP(t *testing.T) {
-	tab := build(t, pt.Cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
+	tab := nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"spreads over every endpoint", pt.Pkt(pt.Client, "10.96.0.10", 80), pt.All(pt.Ep1, pt.Ep2, pt.Ep3)},
 		{"from the node", pt.Pkt("10.200.1.1", "10.96.0.10", 80).Local(), pt.All(pt.Ep1, pt.Ep2, pt.Ep3)},
@@ -63,13 +52,13 @@ func TestFlowClusterIP(t *testing.T) {
 		// Another node's pod reaches a ClusterIP through its own node, never this one.
 		{"a remote endpoint's hairpin is not masqueraded", pt.Pkt("10.200.2.11", "10.96.0.10", 80), pt.All(pt.Ep1, pt.Ep2, pt.Ep3)},
 	})
-	runFlows(t, build(t, pt.Cfg, model.IPv4, pt.Web(), pt.WebV4Ep2Local()), []flow{
+	runFlows(t, nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(), pt.WebV4Ep2Local()), []flow{
 		{"a local endpoint's hairpin is masqueraded", pt.Pkt("10.200.2.12", "10.96.0.10", 80), pt.All(pt.Ep1, pt.Masq(pt.Ep2), pt.Ep3)},
 	})
 }
 
 func TestFlowNodePort(t *testing.T) {
-	tab := build(t, pt.Cfg, model.IPv4, pt.Web(pt.NodePort), pt.WebV4Ready())
+	tab := nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(pt.NodePort), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"node IP, masqueraded", pt.Pkt(pt.Client, "10.200.1.1", 30080), pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))},
 		{"other node IP", pt.Pkt(pt.Client, "10.200.2.1", 30080), pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))},
@@ -81,7 +70,7 @@ func TestFlowNodePort(t *testing.T) {
 
 	cfg := pt.Cfg
 	cfg.NodePortAddresses = pt.MustPrefixes("10.200.1.1/32")
-	tab = build(t, cfg, model.IPv4, pt.Web(pt.NodePort), pt.WebV4Ready())
+	tab = nftMode.Build(t, cfg, model.IPv4, pt.Web(pt.NodePort), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"nodeport-addresses allows", pt.Pkt(pt.Client, "10.200.1.1", 30080), pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))},
 		{"nodeport-addresses excludes", pt.Pkt(pt.Client, "10.200.2.1", 30080), pt.All(pt.Accept)},
@@ -90,7 +79,7 @@ func TestFlowNodePort(t *testing.T) {
 
 func TestFlowLoadBalancerAndExternalIPs(t *testing.T) {
 	svc := pt.Web(mt.LoadBalancerIPs("203.0.113.10"), mt.ProxyModeIngress("203.0.113.11"), mt.ExternalIPs("192.0.2.7"))
-	tab := build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready())
+	tab := nftMode.Build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready())
 	every := pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))
 	runFlows(t, tab, []flow{
 		{"LoadBalancer IP", pt.Pkt(pt.Client, "203.0.113.10", 80), every},
@@ -105,7 +94,7 @@ func TestFlowLoadBalancerAndExternalIPs(t *testing.T) {
 		t.Errorf("ipMode Proxy address in the plan:\n%s", d)
 	}
 	// Without endpoints the Proxy-mode address is still left alone, not rejected.
-	tab = build(t, pt.Cfg, model.IPv4, svc)
+	tab = nftMode.Build(t, pt.Cfg, model.IPv4, svc)
 	runFlows(t, tab, []flow{{"ipMode Proxy, no endpoints", pt.Pkt(pt.Client, "203.0.113.11", 80), pt.All(pt.Accept)}})
 }
 
@@ -113,7 +102,7 @@ func TestFlowSourceRanges(t *testing.T) {
 	svc := pt.Web(mt.DualStack("fd00:96::10"), mt.LoadBalancerIPs("203.0.113.10", "2001:db8:113::10"),
 		mt.SourceRanges("10.200.1.0/24"))
 	v6eps := mt.Slice("default", "web-v6", "web", "http", v1.ProtocolTCP, 8080, mt.EP("fd00:200:2::11"))
-	v4 := build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready(), v6eps)
+	v4 := nftMode.Build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready(), v6eps)
 	every := pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))
 	runFlows(t, v4, []flow{
 		{"allowed source", pt.Pkt(pt.Client, "203.0.113.10", 80), every},
@@ -121,7 +110,7 @@ func TestFlowSourceRanges(t *testing.T) {
 		{"node ports are not subject to source ranges", pt.Pkt(pt.Stranger, "10.200.1.1", 30080), every},
 		{"cluster IP is not subject to source ranges", pt.Pkt(pt.Stranger, "10.96.0.10", 80), pt.All(pt.Ep1, pt.Ep2, pt.Ep3)},
 	})
-	v6 := build(t, pt.Cfg, model.IPv6, svc, pt.WebV4Ready(), v6eps)
+	v6 := nftMode.Build(t, pt.Cfg, model.IPv6, svc, pt.WebV4Ready(), v6eps)
 	runFlows(t, v6, []flow{
 		{"v4-only ranges close the v6 LoadBalancer IP", pt.Pkt("fd00:200:1::2", "2001:db8:113::10", 80), pt.All(pt.Drop)},
 		{"v6 cluster IP still open", pt.Pkt("fd00:200:1::2", "fd00:96::10", 80), pt.All("[fd00:200:2::11]:8080")},
@@ -129,7 +118,7 @@ func TestFlowSourceRanges(t *testing.T) {
 }
 
 func TestFlowAffinityPinsClient(t *testing.T) {
-	tab := build(t, pt.Cfg, model.IPv4, pt.Web(mt.Affinity(300)), pt.WebV4Ready())
+	tab := nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(mt.Affinity(300)), pt.WebV4Ready())
 	tr := pt.NewNFTTracer(t, tab, pt.NodeAddrs...)
 	first := pt.Pkt(pt.Client, "10.96.0.10", 80)
 	if got := tr.Results(first); !cmp.Equal(got, pt.All(pt.Ep1, pt.Ep2, pt.Ep3)) {
@@ -159,7 +148,7 @@ func TestFlowExternalTrafficPolicyLocal(t *testing.T) {
 	}
 	every := pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))
 	t.Run("no local endpoint", func(t *testing.T) {
-		tab := build(t, pt.Cfg, model.IPv4, lb(), pt.WebV4Ready())
+		tab := nftMode.Build(t, pt.Cfg, model.IPv4, lb(), pt.WebV4Ready())
 		runFlows(t, tab, []flow{
 			{"node port from outside dropped", pt.Pkt(pt.Client, "10.200.1.1", 30080), pt.All(pt.Drop)},
 			{"LoadBalancer IP from outside dropped", pt.Pkt(pt.Client, "203.0.113.10", 80), pt.All(pt.Drop)},
@@ -171,7 +160,7 @@ func TestFlowExternalTrafficPolicyLocal(t *testing.T) {
 	t.Run("local endpoint", func(t *testing.T) {
 		eps := pt.WebV4(mt.EP("10.200.2.11", mt.OnNode("backend-1")), mt.EP("10.200.2.12", mt.OnNode("gw")),
 			mt.EP("10.200.2.13", mt.OnNode("backend-3")))
-		tab := build(t, pt.Cfg, model.IPv4, lb(), eps)
+		tab := nftMode.Build(t, pt.Cfg, model.IPv4, lb(), eps)
 		runFlows(t, tab, []flow{
 			{"node port serves only the local endpoint", pt.Pkt(pt.Client, "10.200.1.1", 30080), pt.All(pt.Ep2)},
 			{"LoadBalancer IP serves only the local endpoint", pt.Pkt(pt.Client, "203.0.113.10", 80), pt.All(pt.Ep2)},
@@ -180,7 +169,7 @@ func TestFlowExternalTrafficPolicyLocal(t *testing.T) {
 		})
 	})
 	t.Run("internal Local too, no local endpoint", func(t *testing.T) {
-		tab := build(t, pt.Cfg, model.IPv4, lb(mt.InternalLocal()), pt.WebV4Ready())
+		tab := nftMode.Build(t, pt.Cfg, model.IPv4, lb(mt.InternalLocal()), pt.WebV4Ready())
 		runFlows(t, tab, []flow{
 			{"LoadBalancer IP from outside dropped", pt.Pkt(pt.Client, "203.0.113.10", 80), pt.All(pt.Drop)},
 			{"LoadBalancer IP from the node served", pt.Pkt("10.200.1.1", "203.0.113.10", 80).Local(), every},
@@ -188,19 +177,19 @@ func TestFlowExternalTrafficPolicyLocal(t *testing.T) {
 		})
 	})
 	t.Run("Cluster policy masquerades", func(t *testing.T) {
-		tab := build(t, pt.Cfg, model.IPv4, pt.Web(mt.LoadBalancerIPs("203.0.113.10")), pt.WebV4Ready())
+		tab := nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(mt.LoadBalancerIPs("203.0.113.10")), pt.WebV4Ready())
 		runFlows(t, tab, []flow{{"LoadBalancer IP", pt.Pkt(pt.Client, "203.0.113.10", 80), every}})
 	})
 }
 
 func TestFlowInternalTrafficPolicyLocal(t *testing.T) {
-	tab := build(t, pt.Cfg, model.IPv4, pt.Web(mt.InternalLocal()), pt.WebV4Ready())
+	tab := nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(mt.InternalLocal()), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"no local endpoint drops", pt.Pkt(pt.Client, "10.96.0.10", 80), pt.All(pt.Drop)},
 		{"no local endpoint drops from the node", pt.Pkt("10.200.1.1", "10.96.0.10", 80).Local(), pt.All(pt.Drop)},
 	})
 	eps := pt.WebV4(mt.EP("10.200.2.11", mt.OnNode("backend-1")), mt.EP("10.200.2.12", mt.OnNode("gw")))
-	tab = build(t, pt.Cfg, model.IPv4, pt.Web(mt.InternalLocal()), eps)
+	tab = nftMode.Build(t, pt.Cfg, model.IPv4, pt.Web(mt.InternalLocal()), eps)
 	runFlows(t, tab, []flow{{"only the local endpoint", pt.Pkt(pt.Client, "10.96.0.10", 80), pt.All(pt.Ep2)}})
 }
 
@@ -229,7 +218,7 @@ func TestFlowEndpointConditions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tab := build(t, pt.Cfg, model.IPv4, append([]any{lb}, c.eps...)...)
+			tab := nftMode.Build(t, pt.Cfg, model.IPv4, append([]any{lb}, c.eps...)...)
 			if c.want == nil {
 				runFlows(t, tab, rejected)
 				return
@@ -239,7 +228,7 @@ func TestFlowEndpointConditions(t *testing.T) {
 	}
 	t.Run("udp without endpoints", func(t *testing.T) {
 		dns := mt.Service("default", "dns", "10.96.0.53", mt.Port("dns", v1.ProtocolUDP, 53, 5353, 0))
-		tab := build(t, pt.Cfg, model.IPv4, dns)
+		tab := nftMode.Build(t, pt.Cfg, model.IPv4, dns)
 		runFlows(t, tab, []flow{{"cluster IP", pt.Pkt(pt.Client, "10.96.0.53", 53).UDP(), pt.All(pt.Reject)}})
 	})
 }
@@ -290,7 +279,7 @@ func TestFlowTopology(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tab := build(t, pt.Cfg, model.IPv4, c.svc, c.eps)
+			tab := nftMode.Build(t, pt.Cfg, model.IPv4, c.svc, c.eps)
 			runFlows(t, tab, []flow{{"cluster IP", pt.Pkt(pt.Client, "10.96.0.10", 80), c.want}})
 		})
 	}
@@ -299,19 +288,19 @@ func TestFlowTopology(t *testing.T) {
 func TestFlowMasquerade(t *testing.T) {
 	cfg := pt.Cfg
 	cfg.ClusterCIDRs = pt.MustPrefixes("10.200.2.0/24", "fd00:200:2::/64")
-	tab := build(t, cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
+	tab := nftMode.Build(t, cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"from outside the cluster CIDR", pt.Pkt(pt.Client, "10.96.0.10", 80), pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))},
 		{"from a pod", pt.Pkt("10.200.2.13", "10.96.0.10", 80), pt.All(pt.Ep1, pt.Ep2, pt.Ep3)},
 	})
 	cfg = pt.Cfg
 	cfg.MasqueradeAll = true
-	tab = build(t, cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
+	tab = nftMode.Build(t, cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"masquerade-all from a pod", pt.Pkt("10.200.2.13", "10.96.0.10", 80), pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))},
 	})
 	cfg.MasqueradeBit = 3
-	tab = build(t, cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
+	tab = nftMode.Build(t, cfg, model.IPv4, pt.Web(), pt.WebV4Ready())
 	runFlows(t, tab, []flow{
 		{"another mark bit", pt.Pkt(pt.Client, "10.96.0.10", 80), pt.All(pt.Masq(pt.Ep1), pt.Masq(pt.Ep2), pt.Masq(pt.Ep3))},
 	})
@@ -324,8 +313,8 @@ func TestFlowDualStack(t *testing.T) {
 	v6eps := mt.Slice("default", "web-v6", "web", "http", v1.ProtocolTCP, 8080,
 		mt.EP("fd00:200:2::11"), mt.EP("fd00:200:2::12"))
 	svc := pt.Web(mt.DualStack("fd00:96::10"), mt.LoadBalancerIPs("203.0.113.10", "2001:db8:113::10"))
-	v4 := build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready(), v6eps)
-	v6 := build(t, pt.Cfg, model.IPv6, svc, pt.WebV4Ready(), v6eps)
+	v4 := nftMode.Build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready(), v6eps)
+	v6 := nftMode.Build(t, pt.Cfg, model.IPv6, svc, pt.WebV4Ready(), v6eps)
 	runFlows(t, v4, []flow{
 		{"v4 cluster IP, v4 endpoints", pt.Pkt(pt.Client, "10.96.0.10", 80), pt.All(pt.Ep1, pt.Ep2, pt.Ep3)},
 		{"v6 address in the v4 table", pt.Pkt("fd00:200:1::2", "fd00:96::10", 80), pt.All(pt.Accept)},
@@ -341,23 +330,9 @@ func TestFlowDualStack(t *testing.T) {
 	})
 
 	// A v4-only service leaves the v6 table as if it did not exist.
-	empty := build(t, pt.Cfg, model.IPv6).Dump()
-	if d := cmp.Diff(empty, build(t, pt.Cfg, model.IPv6, pt.Web(pt.NodePort), pt.WebV4Ready()).Dump()); d != "" {
+	empty := nftMode.Build(t, pt.Cfg, model.IPv6).Dump()
+	if d := cmp.Diff(empty, nftMode.Build(t, pt.Cfg, model.IPv6, pt.Web(pt.NodePort), pt.WebV4Ready()).Dump()); d != "" {
 		t.Errorf("v4-only service in the v6 table (-empty +got):\n%s", d)
-	}
-}
-
-func TestNoDataPlane(t *testing.T) {
-	empty := build(t, pt.Cfg, model.IPv4).Dump()
-	for name, svc := range map[string]*v1.Service{
-		"ExternalName": pt.Web(mt.ExternalName("db.example.com")),
-		"headless":     pt.Web(mt.Headless()),
-	} {
-		t.Run(name, func(t *testing.T) {
-			if d := cmp.Diff(empty, build(t, pt.Cfg, model.IPv4, svc, pt.WebV4Ready()).Dump()); d != "" {
-				t.Errorf("(-empty +got):\n%s", d)
-			}
-		})
 	}
 }
 
@@ -381,7 +356,7 @@ func TestConflictingServices(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tab := build(t, pt.Cfg, model.IPv4, c.objs...)
+			tab := nftMode.Build(t, pt.Cfg, model.IPv4, c.objs...)
 			if len(tab.Conflicts) == 0 {
 				t.Fatalf("no conflicts reported")
 			}

@@ -25,7 +25,7 @@ func TestPlannerMatchesNFT(t *testing.T) {
 	tr := model.NewTracker()
 	for _, objs := range pt.GoldenFixtures() {
 		for _, o := range objs {
-			pt.Upsert(tr, o)
+			mt.Upsert(tr, o)
 		}
 	}
 	steps := []struct {
@@ -36,31 +36,31 @@ func TestPlannerMatchesNFT(t *testing.T) {
 		{"the fixtures", func() {}, plan.Config{NodeName: "gw"}},
 		{"nothing changed", func() {}, plan.Config{NodeName: "gw"}},
 		{"an endpoint moved", func() {
-			pt.Upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353,
+			mt.Upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353,
 				mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.99", mt.OnNode("gw"))))
 		}, plan.Config{NodeName: "gw"}},
 		{"a service claims web's cluster IP", func() {
-			pt.Upsert(tr, mt.Service("default", "aaa", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
-			pt.Upsert(tr, mt.Slice("default", "aaa-1", "aaa", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.3.1")))
+			mt.Upsert(tr, mt.Service("default", "aaa", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
+			mt.Upsert(tr, mt.Slice("default", "aaa-1", "aaa", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.3.1")))
 		}, plan.Config{NodeName: "gw"}},
 		{"the claimant goes", func() { tr.DeleteService("default", "aaa"); tr.DeleteSlice("default", "aaa-1") },
 			plan.Config{NodeName: "gw"}},
 		// A claim in a sibling map only: aab has no endpoints, and its external IP's REJECT
 		// in no-endpoint-services takes web's cluster IP and port first.
 		{"a service without endpoints claims web's cluster IP as external IP", func() {
-			pt.Upsert(tr, mt.Service("default", "aab", "10.96.0.98", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0), mt.ExternalIPs("10.96.0.10")))
+			mt.Upsert(tr, mt.Service("default", "aab", "10.96.0.98", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0), mt.ExternalIPs("10.96.0.10")))
 		}, plan.Config{NodeName: "gw"}},
 		{"that claimant goes", func() { tr.DeleteService("default", "aab") }, plan.Config{NodeName: "gw"}},
 		{"a service goes", func() { tr.DeleteService("default", "empty") }, plan.Config{NodeName: "gw"}},
 		// Hairpin elements (of endpoints on this node) are shared: one stays while any
 		// service port still uses it.
 		{"a second service selects dns's endpoints", func() {
-			pt.Upsert(tr, mt.Service("default", "bbb", "10.96.0.77", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
-			pt.Upsert(tr, mt.Slice("default", "bbb-1", "bbb", "http", v1.ProtocolTCP, 8080,
+			mt.Upsert(tr, mt.Service("default", "bbb", "10.96.0.77", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
+			mt.Upsert(tr, mt.Slice("default", "bbb-1", "bbb", "http", v1.ProtocolTCP, 8080,
 				mt.EP("10.200.2.99", mt.OnNode("gw")), mt.EP("10.200.4.1", mt.OnNode("gw"))))
 		}, plan.Config{NodeName: "gw"}},
 		{"dns drops the endpoint it shares", func() {
-			pt.Upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11")))
+			mt.Upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11")))
 		}, plan.Config{NodeName: "gw"}},
 		{"the second service goes", func() { tr.DeleteService("default", "bbb"); tr.DeleteSlice("default", "bbb-1") },
 			plan.Config{NodeName: "gw"}},
@@ -194,13 +194,13 @@ func touches(ch model.Changes, chain string) bool {
 func TestPlannerSkippedSnapshots(t *testing.T) {
 	cfg := plan.Config{NodeName: "gw"}
 	dns := func(tr *model.Tracker, last string) {
-		pt.Upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11"), mt.EP(last)))
+		mt.Upsert(tr, mt.Slice("default", "dns-v4", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11"), mt.EP(last)))
 	}
 	a, b := model.NewTracker(), model.NewTracker()
 	for _, tr := range []*model.Tracker{a, b} {
 		for _, objs := range pt.GoldenFixtures() {
 			for _, o := range objs {
-				pt.Upsert(tr, o)
+				mt.Upsert(tr, o)
 			}
 		}
 	}

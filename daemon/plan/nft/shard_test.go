@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/edgegate/edgegate/daemon/model"
+	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	pt "github.com/edgegate/edgegate/daemon/plan/internal/plantest"
 	"github.com/edgegate/edgegate/daemon/plan/nft"
@@ -28,7 +29,7 @@ func TestSplitFollowsThePlanner(t *testing.T) {
 			tr := model.NewTracker()
 			for _, objs := range pt.GoldenFixtures() {
 				for _, o := range objs {
-					pt.Upsert(tr, o)
+					mt.Upsert(tr, o)
 				}
 			}
 			p := &nft.Planner{Family: f}
@@ -121,13 +122,7 @@ func checkSplit(t *testing.T, where string, planned *nft.Table, tables []*nft.Ta
 			if i > 0 && (nft.SplitChains[name] || name == nft.ChainMarkMasq || name == nft.ChainNATPreroutingNodePorts || name == nft.ChainNATOutputNodePorts) {
 				continue
 			}
-			if planned.Chains[name] != c {
-				t.Fatalf("%s: table %s holds chain %s, which is not the planned one", where, x.Name, name)
-			}
-			if other, dup := chains[name]; dup {
-				t.Fatalf("%s: chain %s in tables %s and %s", where, name, other, x.Name)
-			}
-			chains[name] = x.Name
+			placedOnce(t, where, "chain", name, x.Name, planned.Chains[name], c, chains)
 			if c.Dispatch != (model.ServiceName{}) && i != 1+nft.ShardOf(c.Dispatch, n) {
 				t.Fatalf("%s: chain %s of %v in %s, want %s", where, name, c.Dispatch, x.Name, nft.ShardTable(nft.ShardOf(c.Dispatch, n)))
 			}
@@ -145,13 +140,7 @@ func checkSplit(t *testing.T, where string, planned *nft.Table, tables []*nft.Ta
 				elems[name] = append(elems[name], set.Elems...)
 				continue
 			}
-			if planned.Sets[name] != set {
-				t.Fatalf("%s: table %s holds set %s, which is not the planned one", where, x.Name, name)
-			}
-			if other, dup := sets[name]; dup {
-				t.Fatalf("%s: set %s in tables %s and %s", where, name, other, x.Name)
-			}
-			sets[name] = x.Name
+			placedOnce(t, where, "set", name, x.Name, planned.Sets[name], set, sets)
 		}
 		if i > 0 {
 			_, has := x.Chains[nft.ChainNATPreroutingNodePorts]
@@ -185,4 +174,17 @@ func sortedElems(es []nft.Elem) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// placedOnce fails t unless table holds the planned object (a chain or set called name)
+// and no table in seen held it before; then it records table in seen.
+func placedOnce[T comparable](t *testing.T, where, kind, name, table string, planned, held T, seen map[string]string) {
+	t.Helper()
+	if held != planned {
+		t.Fatalf("%s: table %s holds %s %s, which is not the planned one", where, table, kind, name)
+	}
+	if other, dup := seen[name]; dup {
+		t.Fatalf("%s: %s %s in tables %s and %s", where, kind, name, other, table)
+	}
+	seen[name] = table
 }

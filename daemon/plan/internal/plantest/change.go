@@ -59,13 +59,3 @@ func RandomChange(r *rand.Rand, tr *model.Tracker) {
 		tr.UpsertSlice(mt.Slice("ns", name+"-v6", name, "p", proto, 8080, v6...))
 	}
 }
-
-// Upsert adds or updates a Service or an EndpointSlice.
-func Upsert(tr *model.Tracker, o any) {
-	switch o := o.(type) {
-	case *v1.Service:
-		tr.UpsertService(o)
-	case *discovery.EndpointSlice:
-		tr.UpsertSlice(o)
-	}
-}

@@ -73,6 +73,23 @@ func FuzzWorld(data []byte, m FuzzMode) (*FuzzInput, plan.Config, *model.Snapsho
 	return in, cfg, snap
 }
 
+// FuzzPlan is the FuzzPlan of a mode planned with the common configuration: both families
+// of the fuzz world planned by m.Build (which checks each plan), the shared UDP plan made,
+// and, where no two services clash, traffic to each cluster IP and node port checked by
+// CheckFlows.
+func FuzzPlan[P Plan](f *testing.F, m Mode[P], name string, mult int) {
+	FuzzSeeds(f, name, mult)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, cfg, snap := FuzzWorld(data, FuzzMode{})
+		for _, fam := range []model.Family{model.IPv4, model.IPv6} {
+			p := m.checked(t, m.Plan(snap, fam, cfg), fam)
+			_ = plan.UDP(snap, fam, cfg)
+			CheckFlows(t, snap, cfg, ModePlan{Mode: m.Mode, Family: fam, Conflicts: m.Conflicts != nil && m.Conflicts(snap, fam, cfg, p),
+				Dump: p.Dump, Tracer: func(node string) Tracer { return m.Tracer(t, p, node) }})
+		}
+	})
+}
+
 // ModePlan is one mode's plan of one family, as CheckFlows sees it.
 type ModePlan struct {
 	Mode      plan.Mode

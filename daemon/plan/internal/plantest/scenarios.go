@@ -54,17 +54,65 @@ type Scenario struct {
 	Flows []Flow
 }
 
-// Mode is one proxy mode as the scenarios run it.
-type Mode struct {
+// Plan is what the shared tests need of every mode's plan.
+type Plan interface{ Dump() string }
+
+// Mode is one proxy mode as the shared tests (RunScenarios, Dumps, FuzzPlan) drive it.
+type Mode[P Plan] struct {
 	Mode plan.Mode
-	// Plan plans objs in family f, fails t if the plan is not one the kernel would take,
-	// and returns a tracer over it whose node has the addresses NodeAddrs, and the dump
-	// of the plan.
-	Plan func(t *testing.T, cfg plan.Config, f model.Family, objs ...any) (Tracer, func() string)
+	Plan func(snap *model.Snapshot, f model.Family, cfg plan.Config) P
+	// Check proves a plan is one the kernel would take.
+	Check func(P) error
+	// Tracer traces p on a node with the addresses local.
+	Tracer func(t *testing.T, p P, local ...string) Tracer
+	// Conflicts, when set, reports whether two service ports of p claim one address or
+	// node port.
+	Conflicts func(snap *model.Snapshot, f model.Family, cfg plan.Config, p P) bool
+}
+
+// Build plans objs in family f and fails t if the plan fails m.Check.
+func (m Mode[P]) Build(t *testing.T, cfg plan.Config, f model.Family, objs ...any) P {
+	t.Helper()
+	return m.checked(t, m.Plan(mt.Snapshot(objs...), f, cfg), f)
+}
+
+func (m Mode[P]) checked(t *testing.T, p P, f model.Family) P {
+	t.Helper()
+	if err := m.Check(p); err != nil {
+		t.Fatalf("%s %v plan fails its check: %v\n%s", m.Mode, f, err, p.Dump())
+	}
+	return p
+}
+
+// Dumps is the dump GoldenDumps keeps: the plans of m with cfg.
+func (m Mode[P]) Dumps(cfg plan.Config) func(t *testing.T, f model.Family, objs ...any) string {
+	return func(t *testing.T, f model.Family, objs ...any) string {
+		return m.Build(t, cfg, f, objs...).Dump()
+	}
+}
+
+// NoDataPlane proves that Services without a data plane (ExternalName, headless) plan
+// nothing in mode m, and that an IPv4-only Service leaves the IPv6 plan as if it did not
+// exist.
+func NoDataPlane[P Plan](t *testing.T, m Mode[P]) {
+	empty := m.Build(t, Cfg, model.IPv4).Dump()
+	for name, svc := range map[string]*v1.Service{
+		"ExternalName": Web(mt.ExternalName("db.example.com")),
+		"headless":     Web(mt.Headless()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if d := cmp.Diff(empty, m.Build(t, Cfg, model.IPv4, svc, WebV4Ready()).Dump()); d != "" {
+				t.Errorf("%s: plan differs from the empty one (-empty +got):\n%s", m.Mode, d)
+			}
+		})
+	}
+	if d := cmp.Diff(m.Build(t, Cfg, model.IPv6).Dump(), m.Build(t, Cfg, model.IPv6, Web(NodePort), WebV4Ready()).Dump()); d != "" {
+		t.Errorf("%s: v4-only service in the v6 plan (-empty +got):\n%s", m.Mode, d)
+	}
 }
 
 // RunScenarios runs every scenario through mode m.
-func RunScenarios(t *testing.T, m Mode) {
+func RunScenarios[P Plan](t *testing.T, m Mode[P]) {
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			for _, c := range g.cases() {
@@ -79,9 +127,10 @@ func RunScenarios(t *testing.T, m Mode) {
 					}
 					for _, fl := range c.Flows {
 						t.Run(fl.Name, func(t *testing.T) {
-							tr, dump := m.Plan(t, cfg, fam, c.Objs...)
+							p := m.Build(t, cfg, fam, c.Objs...)
+							tr := m.Tracer(t, p, NodeAddrs...)
 							if want, got := fl.want(m.Mode), tr.Results(fl.P); !cmp.Equal(want, got) {
-								t.Errorf("%s: %v: (-want +got)\n%s\n%s\n%s", m.Mode, fl.P, cmp.Diff(want, got), Trails(tr.All(fl.P)), dump())
+								t.Errorf("%s: %v: (-want +got)\n%s\n%s\n%s", m.Mode, fl.P, cmp.Diff(want, got), Trails(tr.All(fl.P)), p.Dump())
 							}
 						})
 					}
