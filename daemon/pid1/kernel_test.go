@@ -292,9 +292,7 @@ func TestDHCPInNetns(t *testing.T) {
 	for ds.renewals.Load() < 1 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.powerOff(m, wait)
 	if ds.renewals.Load() < 1 {
 		t.Errorf("no renewal reached the server (%d requests)", ds.requests.Load())
 	}
