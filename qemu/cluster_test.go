@@ -3,7 +3,6 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -53,9 +52,7 @@ func TestIPVSInCluster(t *testing.T) {
 	etcdPort := c.EtcdURL[strings.LastIndex(c.EtcdURL, ":")+1:]
 	remote := c.Remote("https://"+fleetAPIAddr+":6443", "http://"+clusterEtcdAddr+":2379")
 
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	buildStart := time.Now()
-	fw, err := BuildTestImage(ctx, log, t.TempDir(), TestImage{
+	fw, buildTime := buildImage(ctx, t, testLog(t), TestImage{
 		Board: b,
 		Init:  "github.com/edgegate/edgegate/daemon",
 		Test:  "github.com/edgegate/edgegate/lab/cluster/gateway",
@@ -63,32 +60,16 @@ func TestIPVSInCluster(t *testing.T) {
 			"-edgegate.bin=/init", "-edgegate.modes=ipvs", "-edgegate.attach=" + remote.Encode()},
 		Manifests: "testdata/ipvstest/manifests",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("test image built in %v: initramfs %d bytes gz", time.Since(buildStart).Round(time.Millisecond), fw.Info.Initramfs.Size)
-	vm, err := Start(ctx, Options{
+	t.Logf("test image built in %v: initramfs %d bytes gz", buildTime.Round(time.Millisecond), fw.Info.Initramfs.Size)
+	vm := startVM(ctx, t, Options{
 		Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(),
 		Cmdline: []string{"edgegate.test=1", "edgegate.ip=eth0:" + guestAddr, "edgegate.flags=--proxy-mode=ipvs"},
 		// No way out: exactly the apiserver and etcd, each through a relay to loopback.
 		NICs: []NIC{{Netdev: fmt.Sprintf("user,restrict=on,guestfwd=tcp:%s:6443-cmd:%s 127.0.0.1:%s,guestfwd=tcp:%s:2379-cmd:%s 127.0.0.1:%s",
 			fleetAPIAddr, relay, apiPort, clusterEtcdAddr, relay, etcdPort)}},
 		Timeout: 12 * time.Minute,
-		Console: func(line string) { t.Log("console: " + line) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
-	guest, err := vm.WaitForGuestTest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Run("guest", guest.Report)
-	results, err := guest.Results()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, results := guestResults(t, vm)
 	t.Logf("guest tests %s", countResults(results))
 	// A -test.run that matched nothing would pass too: the ipvs row must have run.
 	if !slices.ContainsFunc(results, func(r Result) bool { return r.Name == "TestFailClosedInCluster/ipvs" && r.Action == "pass" }) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path"
@@ -48,13 +47,7 @@ var (
 // power-off marker.
 func poweredOff(t *testing.T, vm *VM) Line {
 	t.Helper()
-	exit, err := vm.WaitFor("EDGEGATE-POWEROFF")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, err := vm.Wait(); err != nil || code != 0 {
-		t.Fatalf("QEMU ended with code %d, %v", code, err)
-	}
+	exit := qemuExited(t, vm)
 	for _, l := range vm.Lines() {
 		for _, bad := range kernelTrouble {
 			if strings.Contains(l.Text, bad) {
@@ -76,69 +69,54 @@ func poweredOff(t *testing.T, vm *VM) Line {
 // the guest) and a clean power-off with no kernel trouble; the data disk must come back
 // clean, holding what the guest wrote.
 func TestFirmwareBoot(t *testing.T) {
-	for _, name := range firmwareBoards {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b, err := board.Load(name)
-			if err != nil {
+	eachBoard(t, firmwareBoards, Require, 10*time.Minute, func(ctx context.Context, t *testing.T, b board.Board) {
+		log := testLog(t)
+		fw, buildTime := buildImage(ctx, t, log, TestImage{
+			Board:     b,
+			Init:      "github.com/edgegate/edgegate/daemon",
+			Test:      "github.com/edgegate/edgegate/qemu/testdata/firmwaretest",
+			TestArgs:  []string{"-test.v=test2json", "-test.timeout=2m"},
+			Manifests: "testdata/firmwaretest/manifests",
+		})
+		// What a gateway boots: the same /init and modules without the test binary and
+		// the manifests, as `make firmware` packs it.
+		cache, err := kernelCache(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		releaseSpec := initramfs.FirmwareSpec{Board: b, Init: filepath.Join(fw.Dir, "init"), CacheDir: cache, OutDir: t.TempDir()}
+		release, err := initramfs.BuildFirmware(ctx, log, releaseSpec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run("reproducible", func(t *testing.T) {
+			again := releaseSpec
+			again.OutDir = t.TempDir()
+			if _, err := initramfs.BuildFirmware(ctx, log, again); err != nil {
 				t.Fatal(err)
 			}
-			Require(t, b)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-			buildStart := time.Now()
-			fw, err := BuildTestImage(ctx, log, t.TempDir(), TestImage{
-				Board:     b,
-				Init:      "github.com/edgegate/edgegate/daemon",
-				Test:      "github.com/edgegate/edgegate/qemu/testdata/firmwaretest",
-				TestArgs:  []string{"-test.v=test2json", "-test.timeout=2m"},
-				Manifests: "testdata/firmwaretest/manifests",
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			buildTime := time.Since(buildStart)
-			// What a gateway boots: the same /init and modules without the test binary and
-			// the manifests, as `make firmware` packs it.
-			cache, err := kernelCache(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			releaseSpec := initramfs.FirmwareSpec{Board: b, Init: filepath.Join(fw.Dir, "init"), CacheDir: cache, OutDir: t.TempDir()}
-			release, err := initramfs.BuildFirmware(ctx, log, releaseSpec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Run("reproducible", func(t *testing.T) {
-				again := releaseSpec
-				again.OutDir = t.TempDir()
-				if _, err := initramfs.BuildFirmware(ctx, log, again); err != nil {
+			for _, f := range []string{initramfs.InitramfsFile, initramfs.BuildInfoFile, initramfs.KernelFile} {
+				first, err := os.ReadFile(filepath.Join(releaseSpec.OutDir, f))
+				if err != nil {
 					t.Fatal(err)
 				}
-				for _, f := range []string{initramfs.InitramfsFile, initramfs.BuildInfoFile, initramfs.KernelFile} {
-					first, err := os.ReadFile(filepath.Join(releaseSpec.OutDir, f))
-					if err != nil {
-						t.Fatal(err)
-					}
-					second, err := os.ReadFile(filepath.Join(again.OutDir, f))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !bytes.Equal(first, second) {
-						t.Errorf("%s: two builds from the same inputs differ (%d and %d bytes)", f, len(first), len(second))
-					}
+				second, err := os.ReadFile(filepath.Join(again.OutDir, f))
+				if err != nil {
+					t.Fatal(err)
 				}
-			})
-			t.Logf("%s: kernel %s %s; %d modules; initramfs %d bytes gz (%.1f MiB) as a gateway boots it, "+
-				"%d bytes gz with the guest test; test image built in %v",
-				b.Name, fw.Info.Kernel.Package, fw.Info.Kernel.Version, len(fw.Info.Modules.LoadOrder),
-				release.Info.Initramfs.Size, float64(release.Info.Initramfs.Size)/(1<<20), fw.Info.Initramfs.Size,
-				buildTime.Round(time.Millisecond))
-			t.Run("boot", func(t *testing.T) { bootFirmware(ctx, t, b, fw, 0, makeDataDisk(ctx, t)) })
-			t.Run("panic", func(t *testing.T) { bootFirmware(ctx, t, b, fw, firmwarePanics, "") })
+				if !bytes.Equal(first, second) {
+					t.Errorf("%s: two builds from the same inputs differ (%d and %d bytes)", f, len(first), len(second))
+				}
+			}
 		})
-	}
+		t.Logf("%s: kernel %s %s; %d modules; initramfs %d bytes gz (%.1f MiB) as a gateway boots it, "+
+			"%d bytes gz with the guest test; test image built in %v",
+			b.Name, fw.Info.Kernel.Package, fw.Info.Kernel.Version, len(fw.Info.Modules.LoadOrder),
+			release.Info.Initramfs.Size, float64(release.Info.Initramfs.Size)/(1<<20), fw.Info.Initramfs.Size,
+			buildTime.Round(time.Millisecond))
+		t.Run("boot", func(t *testing.T) { bootFirmware(ctx, t, b, fw, 0, makeDataDisk(ctx, t)) })
+		t.Run("panic", func(t *testing.T) { bootFirmware(ctx, t, b, fw, firmwarePanics, "") })
+	})
 }
 
 // bootFirmware boots fw once (with the daemon panicking panics times after its syncs when
@@ -153,48 +131,30 @@ func bootFirmware(ctx context.Context, t *testing.T, b board.Board, fw initramfs
 	if disk != "" {
 		disks = append(disks, Disk{Path: disk})
 	}
-	vm, err := Start(ctx, Options{
+	vm := startVM(ctx, t, Options{
 		Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(), Cmdline: cmdline,
 		// A NIC with no way out: user-mode networking restricted to the emulator itself.
 		NICs:    []NIC{{Netdev: "user,restrict=on"}},
 		Disks:   disks,
 		Timeout: 4 * time.Minute,
-		Console: func(line string) { t.Log("console: " + line) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
 	start, loaded := bootMarkers(t, vm, fw)
 	dataAt := "none"
 	if disk != "" {
 		// Between the modules (virtio_blk) and the network.
-		data, err := vm.WaitFor("EDGEGATE-DATA")
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := waitFor(t, vm, "EDGEGATE-DATA")
 		if data.Text != dataMarker {
 			t.Errorf("%q, want %q", data.Text, dataMarker)
 		}
 		dataAt = data.At.Round(time.Millisecond).String()
 	}
-	netUp, err := vm.WaitFor("EDGEGATE-NET-UP")
-	if err != nil {
-		t.Fatal(err)
-	}
+	netUp := waitFor(t, vm, "EDGEGATE-NET-UP")
 	if want := "EDGEGATE-NET-UP eth0 " + guestAddr; netUp.Text != want {
 		t.Errorf("%q, want %q", netUp.Text, want)
 	}
-	ready, err := vm.WaitFor("EDGEGATE-READY")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ready := waitFor(t, vm, "EDGEGATE-READY")
 	// WaitForGuestTest reads on from READY: the test can only have begun after it.
-	guest, err := vm.WaitForGuestTest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Run("guest", guest.Report)
+	guest := runGuest(t, vm)
 	exit := poweredOff(t, vm)
 	lines := vm.Lines()
 	if panics > 0 {
@@ -371,13 +331,8 @@ func lastLine(b []byte) string {
 // loading between them.
 func bootMarkers(t *testing.T, vm *VM, fw initramfs.Firmware) (start, loaded Line) {
 	t.Helper()
-	start, err := vm.WaitFor("EDGEGATE-BOOT-START")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if loaded, err = vm.WaitFor("EDGEGATE-MODULES-LOADED"); err != nil {
-		t.Fatal(err)
-	}
+	start = waitFor(t, vm, "EDGEGATE-BOOT-START")
+	loaded = waitFor(t, vm, "EDGEGATE-MODULES-LOADED")
 	checkModules(t, fw, loaded, vm.Lines()[start.N:loaded.N])
 	return start, loaded
 }

@@ -54,24 +54,16 @@ var (
 //     edgegate-b+0-1.conf. A second start of the same machine (same disk, same NVRAM)
 //     boots A straight away.
 func TestDiskImage(t *testing.T) {
-	for _, name := range firmwareBoards {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b, err := board.Load(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			RequireUEFI(t, b)
-			RequireTools(t, append(slices.Clone(image.Tools),
-				image.Tool{Command: "sfdisk", Package: "fdisk"}, image.Tool{Command: "dumpe2fs", Package: "e2fsprogs"},
-				image.Tool{Command: "debugfs", Package: "e2fsprogs"})...)
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-			defer cancel()
-			d := newDiskTest(ctx, t, b)
-			t.Run("slot-a", d.slotA)
-			t.Run("fallback", d.fallback)
-		})
-	}
+	eachBoard(t, firmwareBoards, func(tb testing.TB, b board.Board) {
+		RequireUEFI(tb, b)
+		RequireTools(tb, append(slices.Clone(image.Tools),
+			image.Tool{Command: "sfdisk", Package: "fdisk"}, image.Tool{Command: "dumpe2fs", Package: "e2fsprogs"},
+			image.Tool{Command: "debugfs", Package: "e2fsprogs"})...)
+	}, 15*time.Minute, func(ctx context.Context, t *testing.T, b board.Board) {
+		d := newDiskTest(ctx, t, b)
+		t.Run("slot-a", d.slotA)
+		t.Run("fallback", d.fallback)
+	})
 }
 
 // diskTest is one board's firmware, signed bundle and boot loader, from which the
@@ -89,7 +81,7 @@ type diskTest struct {
 
 func newDiskTest(ctx context.Context, t *testing.T, b board.Board) *diskTest {
 	t.Helper()
-	d := &diskTest{ctx: ctx, board: b, log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	d := &diskTest{ctx: ctx, board: b, log: testLog(t)}
 	dir := t.TempDir()
 	pub, priv, err := bundle.GenerateKey(rand.Reader)
 	if err != nil {
@@ -216,10 +208,7 @@ func (d *diskTest) fallback(t *testing.T) {
 
 	vars := filepath.Join(t.TempDir(), "vars.fd")
 	vm := d.start(t, disk, vars, true)
-	panicked, err := vm.WaitFor("Kernel panic - not syncing")
-	if err != nil {
-		t.Fatal(err)
-	}
+	panicked := waitFor(t, vm, "Kernel panic - not syncing")
 	for _, l := range vm.Lines()[:panicked.N] {
 		if strings.Contains(l.Text, "EDGEGATE-BOOT-START") {
 			t.Fatalf("console line %d: an /init ran before slot B's kernel panicked: %q", l.N, l.Text)
@@ -278,17 +267,11 @@ func (d *diskTest) fallback(t *testing.T) {
 // start boots disk through the board's UEFI firmware with vars as the NVRAM.
 func (d *diskTest) start(t *testing.T, disk, vars string, allowReboot bool) *VM {
 	t.Helper()
-	vm, err := Start(d.ctx, Options{
+	return startVM(d.ctx, t, Options{
 		Board: d.board, UEFIVars: vars, AllowReboot: allowReboot,
 		Disks:   []Disk{{Path: disk}},
 		Timeout: 5 * time.Minute,
-		Console: func(line string) { t.Log("console: " + line) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(vm.Kill)
-	return vm
 }
 
 // firmwareBoot is one boot of the firmware, seen on the console.
@@ -306,13 +289,8 @@ type firmwareBoot struct {
 func (d *diskTest) waitForFirmware(t *testing.T, vm *VM) firmwareBoot {
 	t.Helper()
 	var r firmwareBoot
-	var err error
-	if r.start, err = vm.WaitFor("EDGEGATE-BOOT-START"); err != nil {
-		t.Fatal(err)
-	}
-	if r.loaded, err = vm.WaitFor("EDGEGATE-MODULES-LOADED"); err != nil {
-		t.Fatal(err)
-	}
+	r.start = waitFor(t, vm, "EDGEGATE-BOOT-START")
+	r.loaded = waitFor(t, vm, "EDGEGATE-MODULES-LOADED")
 	m := modulesLoaded.FindStringSubmatch(r.loaded.Text)
 	if m == nil {
 		t.Fatalf("malformed marker %q", r.loaded.Text)
@@ -320,24 +298,12 @@ func (d *diskTest) waitForFirmware(t *testing.T, vm *VM) firmwareBoot {
 	if n, _ := strconv.Atoi(m[1]); n != len(d.fw.Info.Modules.LoadOrder) || m[2] != "0" {
 		t.Errorf("%q: want n=%d failed=0 (under UEFI every module finds its device)", r.loaded.Text, len(d.fw.Info.Modules.LoadOrder))
 	}
-	if r.data, err = vm.WaitFor("EDGEGATE-DATA"); err != nil {
-		t.Fatal(err)
-	}
+	r.data = waitFor(t, vm, "EDGEGATE-DATA")
 	if want := "EDGEGATE-DATA /dev/vda2 /var/lib/edgegate"; r.data.Text != want {
 		t.Errorf("%q, want %q", r.data.Text, want)
 	}
-	if r.ready, err = vm.WaitFor("EDGEGATE-READY"); err != nil {
-		t.Fatal(err)
-	}
-	guest, err := vm.WaitForGuestTest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Run("guest", guest.Report)
-	results, err := guest.Results()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.ready = waitFor(t, vm, "EDGEGATE-READY")
+	_, results := guestResults(t, vm)
 	var keys []string
 	for _, res := range results {
 		for _, line := range res.Output {
@@ -355,9 +321,7 @@ func (d *diskTest) waitForFirmware(t *testing.T, vm *VM) firmwareBoot {
 	if !slices.Equal(keys, []string{d.key.ID}) {
 		t.Errorf("the firmware trusts update keys %v, want the test key %s", keys, d.key.ID)
 	}
-	if r.poweroff, err = vm.WaitFor("EDGEGATE-POWEROFF"); err != nil {
-		t.Fatal(err)
-	}
+	r.poweroff = waitFor(t, vm, "EDGEGATE-POWEROFF")
 	return r
 }
 

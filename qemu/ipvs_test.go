@@ -3,7 +3,6 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"testing"
 	"time"
@@ -13,16 +12,15 @@ import (
 
 // ipvsBoards are the boards TestIPVS boots. qemu-x86_64 runs every guest test;
 // qemu-arm64, whose TCG emulation is slower and which shares the host's cores with the
-// other guest, runs a smoke subset: PID 1's IPVS state and the matrix's basic scenarios,
-// ipvs mode's table, rr and its counters, and the cleanup.
-var ipvsBoards = []struct {
-	name string
-	run  string // the guest's -test.run; empty runs everything
-}{
-	{name: "qemu-x86_64"},
-	{name: "qemu-arm64", run: "^(TestPID1IPVSMode|TestIPVSMatrix)$/^(ruleset-listing|clusterip-spreads-over-all-endpoints|" +
+// other guest, runs a smoke subset (ipvsGuestRun): PID 1's IPVS state and the matrix's
+// basic scenarios, ipvs mode's table, rr and its counters, and the cleanup.
+var ipvsBoards = []string{"qemu-x86_64", "qemu-arm64"}
+
+// ipvsGuestRun is the guest's -test.run by board; none runs everything.
+var ipvsGuestRun = map[string]string{
+	"qemu-arm64": "^(TestPID1IPVSMode|TestIPVSMatrix)$/^(ruleset-listing|clusterip-spreads-over-all-endpoints|" +
 		"nodeport-on-node-ip|session-affinity-clientip|no-endpoints-rejected|udp-flow-moves-when-its-endpoint-goes|" +
-		"ipvs-virtual-servers-addresses-and-sysctls|ipvs-rr-spreads-evenly|ipvs-stats-match-traffic|cleanup)$"},
+		"ipvs-virtual-servers-addresses-and-sysctls|ipvs-rr-spreads-evenly|ipvs-stats-match-traffic|cleanup)$",
 }
 
 // ipvsDaemonStart matches PID 1's daemon starting in ipvs mode on the baked manifests.
@@ -37,71 +35,44 @@ var ipvsDaemonStart = regexp.MustCompile(`msg=starting .*mode=ipvs .*manifests=/
 // daemon among the three proxy modes. The guest's results come back as subtests of
 // "guest"; the boot must end in a clean power-off with no kernel trouble.
 func TestIPVS(t *testing.T) {
-	for _, bc := range ipvsBoards {
-		t.Run(bc.name, func(t *testing.T) {
-			t.Parallel()
-			b, err := board.Load(bc.name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			Require(t, b)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-			args := []string{"-test.v=test2json", "-test.timeout=4m"}
-			if bc.run != "" {
-				args = append(args, "-test.run="+bc.run)
-			}
-			buildStart := time.Now()
-			fw, err := BuildTestImage(ctx, log, t.TempDir(), TestImage{
-				Board:     b,
-				Init:      "github.com/edgegate/edgegate/daemon",
-				Test:      "github.com/edgegate/edgegate/qemu/testdata/ipvstest",
-				TestArgs:  args,
-				Manifests: "testdata/ipvstest/manifests",
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: test image built in %v: %d modules, initramfs %d bytes gz", b.Name,
-				time.Since(buildStart).Round(time.Millisecond), len(fw.Info.Modules.LoadOrder), fw.Info.Initramfs.Size)
-			vm, err := Start(ctx, Options{
-				Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(),
-				Cmdline: []string{"edgegate.test=1", "edgegate.ip=eth0:" + guestAddr, "edgegate.flags=--proxy-mode=ipvs"},
-				// A NIC with no way out: its address carries PID 1's node port.
-				NICs:    []NIC{{Netdev: "user,restrict=on"}},
-				Timeout: 6 * time.Minute,
-				Console: func(line string) { t.Log("console: " + line) },
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer vm.Kill()
-			start, _ := bootMarkers(t, vm, fw)
-			ready, err := vm.WaitFor("EDGEGATE-READY")
-			if err != nil {
-				t.Fatal(err)
-			}
-			started := false
-			for _, l := range vm.Lines()[start.N:ready.N] {
-				started = started || ipvsDaemonStart.MatchString(l.Text)
-			}
-			if !started {
-				t.Errorf("no console line %q before EDGEGATE-READY: PID 1's daemon did not start in ipvs mode", ipvsDaemonStart)
-			}
-			guest, err := vm.WaitForGuestTest()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Run("guest", guest.Report)
-			if results, err := guest.Results(); err == nil {
-				t.Logf("%s: guest tests %s", b.Name, countResults(results))
-			}
-			exit := poweredOff(t, vm)
-			t.Logf("%s in ipvs mode: boot-to-ready %v; guest test exited %d; power-off at %v, QEMU exited after %v",
-				b.Name, ready.At.Round(time.Millisecond), guest.ExitCode, exit.At.Round(time.Millisecond), vm.Elapsed().Round(time.Millisecond))
+	eachBoard(t, ipvsBoards, Require, 10*time.Minute, func(ctx context.Context, t *testing.T, b board.Board) {
+		args := []string{"-test.v=test2json", "-test.timeout=4m"}
+		if run := ipvsGuestRun[b.Name]; run != "" {
+			args = append(args, "-test.run="+run)
+		}
+		fw, buildTime := buildImage(ctx, t, testLog(t), TestImage{
+			Board:     b,
+			Init:      "github.com/edgegate/edgegate/daemon",
+			Test:      "github.com/edgegate/edgegate/qemu/testdata/ipvstest",
+			TestArgs:  args,
+			Manifests: "testdata/ipvstest/manifests",
 		})
-	}
+		t.Logf("%s: test image built in %v: %d modules, initramfs %d bytes gz", b.Name,
+			buildTime.Round(time.Millisecond), len(fw.Info.Modules.LoadOrder), fw.Info.Initramfs.Size)
+		vm := startVM(ctx, t, Options{
+			Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(),
+			Cmdline: []string{"edgegate.test=1", "edgegate.ip=eth0:" + guestAddr, "edgegate.flags=--proxy-mode=ipvs"},
+			// A NIC with no way out: its address carries PID 1's node port.
+			NICs:    []NIC{{Netdev: "user,restrict=on"}},
+			Timeout: 6 * time.Minute,
+		})
+		start, _ := bootMarkers(t, vm, fw)
+		ready := waitFor(t, vm, "EDGEGATE-READY")
+		started := false
+		for _, l := range vm.Lines()[start.N:ready.N] {
+			started = started || ipvsDaemonStart.MatchString(l.Text)
+		}
+		if !started {
+			t.Errorf("no console line %q before EDGEGATE-READY: PID 1's daemon did not start in ipvs mode", ipvsDaemonStart)
+		}
+		guest := runGuest(t, vm)
+		if results, err := guest.Results(); err == nil {
+			t.Logf("%s: guest tests %s", b.Name, countResults(results))
+		}
+		exit := poweredOff(t, vm)
+		t.Logf("%s in ipvs mode: boot-to-ready %v; guest test exited %d; power-off at %v, QEMU exited after %v",
+			b.Name, ready.At.Round(time.Millisecond), guest.ExitCode, exit.At.Round(time.Millisecond), vm.Elapsed().Round(time.Millisecond))
+	})
 }
 
 // countResults sums the guest's results by outcome, top-level tests and subtests alike.

@@ -38,39 +38,31 @@ import (
 // that panics at every boot (kernel panic, a boot loop) rolls back by itself. The times
 // from the upload to the commit and to the rollback are logged (-v).
 func TestUpdate(t *testing.T) {
-	for _, name := range firmwareBoards {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b, err := board.Load(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			RequireUEFI(t, b)
-			RequireTools(t, image.Tools...)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-			defer cancel()
-			u := newUpdateTest(ctx, t, b)
-			u.boot(t)
-			u.waitReady(t)
-			if st := u.status(t); !st.Available || st.Slot != layout.SlotA || st.Version != "v1.0.0" {
-				t.Fatalf("factory image: %+v", st)
-			}
-			if name == "qemu-x86_64" {
-				t.Run("refused", u.refused)
-				t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, true) })
-				t.Run("anti-rollback", u.antiRollback)
-				t.Run("never-healthy", func(t *testing.T) { u.rollback(t, "v1.2.0-unhealthy", layout.SlotA, "unhealthy slot=a boot=") })
-				t.Run("anti-rollback-after-fallback", u.antiRollback)
-				t.Run("cut-while-writing", u.cutWhileWriting)
-				t.Run("cut-staged-and-trial", u.cutStagedAndTrial)
-			} else {
-				t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, false) })
-				t.Run("panics", func(t *testing.T) { u.rollback(t, "v1.2.0-panics", layout.SlotA, "EDGEGATE-PANICINIT") })
-			}
-			u.vm.Kill()
-			_, _ = u.vm.Wait()
-		})
-	}
+	eachBoard(t, firmwareBoards, func(tb testing.TB, b board.Board) {
+		RequireUEFI(tb, b)
+		RequireTools(tb, image.Tools...)
+	}, 20*time.Minute, func(ctx context.Context, t *testing.T, b board.Board) {
+		u := newUpdateTest(ctx, t, b)
+		u.boot(t)
+		u.waitReady(t)
+		if st := u.status(t); !st.Available || st.Slot != layout.SlotA || st.Version != "v1.0.0" {
+			t.Fatalf("factory image: %+v", st)
+		}
+		if b.Name == "qemu-x86_64" {
+			t.Run("refused", u.refused)
+			t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, true) })
+			t.Run("anti-rollback", u.antiRollback)
+			t.Run("never-healthy", func(t *testing.T) { u.rollback(t, "v1.2.0-unhealthy", layout.SlotA, "unhealthy slot=a boot=") })
+			t.Run("anti-rollback-after-fallback", u.antiRollback)
+			t.Run("cut-while-writing", u.cutWhileWriting)
+			t.Run("cut-staged-and-trial", u.cutStagedAndTrial)
+		} else {
+			t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, false) })
+			t.Run("panics", func(t *testing.T) { u.rollback(t, "v1.2.0-panics", layout.SlotA, "EDGEGATE-PANICINIT") })
+		}
+		u.vm.Kill()
+		_, _ = u.vm.Wait()
+	})
 }
 
 // The firmware's configuration in the test releases: the dashboard's token from the data
@@ -111,7 +103,7 @@ const daemonPkg = "github.com/edgegate/edgegate/daemon"
 
 func newReleases(ctx context.Context, t *testing.T, b board.Board, specs []releaseSpec, configs map[string]string) *releases {
 	t.Helper()
-	r := &releases{ctx: ctx, board: b, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), dir: t.TempDir(),
+	r := &releases{ctx: ctx, board: b, log: testLog(t), dir: t.TempDir(),
 		bundles: map[string]string{}}
 	var err error
 	if r.pub, r.priv, err = bundle.GenerateKey(rand.Reader); err != nil {
@@ -255,11 +247,7 @@ func (u *updateTest) powerCut(t *testing.T) {
 
 func (u *updateTest) wait(t *testing.T, marker string) Line {
 	t.Helper()
-	l, err := u.vm.WaitFor(marker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return waitFor(t, u.vm, marker)
 }
 
 // waitReady waits for a fresh boot's first sync and for the dashboard to answer.
@@ -357,6 +345,29 @@ func slot(st update.Status, s layout.Slot) update.SlotStatus {
 	return update.SlotStatus{}
 }
 
+// refusedBundle is a bundle the gateway must refuse, and the reason it must give.
+type refusedBundle struct{ name, file, reason string }
+
+// expectRefused uploads each bundle (with query: "?force=1" forces the upload) and checks
+// that the gateway refuses it with its reason, and that the ESP's digest is still before.
+func (u *updateTest) expectRefused(t *testing.T, esp image.ESP, before, query string, bundles []refusedBundle) {
+	t.Helper()
+	for _, c := range bundles {
+		code, a := u.upload(t, c.file, query)
+		if code != http.StatusUnprocessableEntity || !strings.Contains(a.Error, c.reason) || a.Attempt == nil || a.Attempt.Phase != update.PhaseRefused {
+			t.Errorf("%s: %d %+v, want 422 refused with %q", c.name, code, a, c.reason)
+		}
+		name := c.name
+		if query != "" {
+			name += " (force)"
+		}
+		t.Logf("%s: %d %s", name, code, a.Error)
+	}
+	if after := espDigest(u.ctx, t, esp); after != before {
+		t.Errorf("refused bundles changed the ESP:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
 // refused: a bundle for another board, one whose kernel was altered after signing and
 // one signed with a key the firmware does not trust are refused with their reason, and
 // the ESP is not touched.
@@ -388,22 +399,11 @@ func (u *updateTest) refused(t *testing.T) {
 	}
 	fw := filepath.Join(u.dir, "extract")
 	kernel, initramfs := extractParts(t, good, u.pub, fw)
-	for _, c := range []struct {
-		name, file, reason string
-	}{
+	u.expectRefused(t, esp, before, "", []refusedBundle{
 		{"wrong board", u.makeBundle(t, "v1.1.0", "qemu-arm64", kernel, initramfs, u.priv), "wrong board"},
 		{"tampered", tamperedFile, "part does not match the manifest"},
 		{"unknown key", u.makeBundle(t, "v1.1.0", u.board.Name, kernel, initramfs, stranger), "unknown signing key"},
-	} {
-		code, a := u.upload(t, c.file, "")
-		if code != http.StatusUnprocessableEntity || !strings.Contains(a.Error, c.reason) || a.Attempt == nil || a.Attempt.Phase != update.PhaseRefused {
-			t.Errorf("%s: %d %+v, want 422 refused with %q", c.name, code, a, c.reason)
-		}
-		t.Logf("%s: %d %s", c.name, code, a.Error)
-	}
-	if after := espDigest(u.ctx, t, esp); after != before {
-		t.Errorf("refused bundles changed the ESP:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
+	})
 	st := u.status(t)
 	if len(st.History) != 3 || st.Pending != nil || slot(st, layout.SlotB).State != "no boot entry" {
 		t.Errorf("after the refusals: %d history entries, pending %v, slot B %+v", len(st.History), st.Pending, slot(st, layout.SlotB))

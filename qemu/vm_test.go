@@ -106,25 +106,32 @@ func TestKernelPanicIsAnError(t *testing.T) {
 	}
 }
 
+// argsHold builds QEMU's arguments for opts and checks that their line holds each of wants;
+// it returns the arguments and the line.
+func argsHold(t *testing.T, opts Options, wants ...string) (args []string, line string) {
+	t.Helper()
+	args, err := Args(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line = strings.Join(args, " ")
+	for _, want := range wants {
+		if !strings.Contains(line, want) {
+			t.Errorf("args %q lack %q", line, want)
+		}
+	}
+	return args, line
+}
+
 func TestArgs(t *testing.T) {
 	b, err := board.Load("qemu-arm64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err := Args(Options{Board: b, Kernel: "vmlinuz", Initramfs: "initrd", Cmdline: []string{"edgegate.test=1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(args, " ")
-	for _, want := range []string{
+	argsHold(t, Options{Board: b, Kernel: "vmlinuz", Initramfs: "initrd", Cmdline: []string{"edgegate.test=1"}},
 		"-M virt -accel tcg -cpu cortex-a57 -m 512", "-nographic -no-reboot",
-		"-kernel vmlinuz -initrd initrd", "console=ttyAMA0 panic=-1 quiet edgegate.test=1", "-nic none",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("args %q lack %q", got, want)
-		}
-	}
-	args, err = Args(Options{Board: b, NICs: []NIC{
+		"-kernel vmlinuz -initrd initrd", "console=ttyAMA0 panic=-1 quiet edgegate.test=1", "-nic none")
+	args, err := Args(Options{Board: b, NICs: []NIC{
 		{Netdev: "stream,server=on,addr.type=unix,addr.path=/tmp/l.sock", MAC: "52:54:00:00:00:01"},
 		{Netdev: "user,restrict=on"},
 	}})
@@ -151,14 +158,8 @@ func TestDiskArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err := Args(Options{Board: b, Disks: []Disk{{Path: "/tmp/data.img"}, {Path: "/tmp/ro.img", ReadOnly: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(args, " ")
-	if want := "-drive file=/tmp/data.img,format=raw,if=virtio -drive file=/tmp/ro.img,format=raw,if=virtio,readonly=on"; !strings.Contains(got, want) {
-		t.Errorf("args %q lack %q", got, want)
-	}
+	argsHold(t, Options{Board: b, Disks: []Disk{{Path: "/tmp/data.img"}, {Path: "/tmp/ro.img", ReadOnly: true}}},
+		"-drive file=/tmp/data.img,format=raw,if=virtio -drive file=/tmp/ro.img,format=raw,if=virtio,readonly=on")
 	for _, p := range []string{"", "/tmp/a,b.img"} {
 		if _, err := Args(Options{Board: b, Disks: []Disk{{Path: p}}}); err == nil {
 			t.Errorf("disk %q accepted", p)
@@ -186,32 +187,19 @@ func uefiBoard(t *testing.T, dir string) board.Board {
 func TestUEFIArgs(t *testing.T) {
 	b := uefiBoard(t, "/fw")
 	disks := []Disk{{Path: "/tmp/disk.img"}, {Path: "/tmp/ro.img", ReadOnly: true}}
-	args, err := Args(Options{Board: b, UEFIVars: "/tmp/vm/vars.fd", Disks: disks, AllowReboot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(args, " ")
-	for _, want := range []string{
+	args, got := argsHold(t, Options{Board: b, UEFIVars: "/tmp/vm/vars.fd", Disks: disks, AllowReboot: true},
 		// q35 from the uefi section, not the board's pc.
 		"-M q35 -accel tcg -cpu max -m 512 -nographic -drive",
 		"-drive if=pflash,format=raw,unit=0,readonly=on,file=/fw/code.fd -drive if=pflash,format=raw,unit=1,file=/tmp/vm/vars.fd",
 		"-drive file=/tmp/disk.img,format=raw,if=none,id=disk0 -device virtio-blk-pci,drive=disk0,bootindex=0",
 		"-drive file=/tmp/ro.img,format=raw,if=none,id=disk1,readonly=on -device virtio-blk-pci,drive=disk1 -nic none",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("args %q lack %q", got, want)
-		}
-	}
+	)
 	for _, unwanted := range []string{"-no-reboot", "-kernel", "-initrd", "-append"} {
 		if slices.Contains(args, unwanted) {
 			t.Errorf("args %q hold %s", got, unwanted)
 		}
 	}
-	args, err = Args(Options{Board: b, UEFIVars: "/tmp/vm/vars.fd", Disks: disks[:1]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(args, "-no-reboot") {
+	if args, _ = argsHold(t, Options{Board: b, UEFIVars: "/tmp/vm/vars.fd", Disks: disks[:1]}); !slices.Contains(args, "-no-reboot") {
 		t.Errorf("args %q: a UEFI boot without AllowReboot lacks -no-reboot", args)
 	}
 

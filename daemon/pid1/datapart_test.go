@@ -141,9 +141,7 @@ func TestDataPartitionMountFails(t *testing.T) {
 		t.Errorf("boot did not go on to the network:\n%s", tm.j.dump())
 	}
 	wait := run(m)
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.powerOff(m, wait)
 	if n := tm.j.count("unmount /var/lib/edgegate"); n != 0 {
 		t.Errorf("the partition that failed to mount was unmounted %d times", n)
 	}
@@ -162,9 +160,7 @@ func TestDataPartitionUnmountedAtShutdown(t *testing.T) {
 		return nil
 	}}
 	wait := run(m, daemon)
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.powerOff(m, wait)
 	j := tm.j.dump()
 	i := strings.Index(j, "daemon stopped")
 	if i < 0 {

@@ -25,12 +25,7 @@ var testLease = Lease{
 func TestLeaseIsRenewed(t *testing.T) {
 	tm := newTestMachine(t, map[string]string{"/proc/cmdline": "edgegate.ip=eth0:dhcp"})
 	tm.dhcp.set(testLease, nil, nil)
-	m := tm.boot()
-	wait := run(m)
-	waitFor(t, "three renewals", func() bool { return tm.j.count("dhcp renew eth0") >= 3 })
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.runUntil(t, "three renewals", func() bool { return tm.j.count("dhcp renew eth0") >= 3 })
 	if n := tm.j.count("addr eth0 10.0.3.20/24 valid 1h0m0s"); n < 4 {
 		t.Errorf("address set %d times, want the grant and every renewal:\n%s", n, tm.j.dump())
 	}
@@ -49,12 +44,7 @@ func TestLeaseRunsOut(t *testing.T) {
 	short := testLease
 	short.Duration = 40 * time.Millisecond
 	tm.dhcp.set(short, nil, errors.New("no answer"))
-	m := tm.boot()
-	wait := run(m)
-	waitFor(t, "a second acquisition", func() bool { return tm.j.count("dhcp acquire eth0") >= 2 })
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.runUntil(t, "a second acquisition", func() bool { return tm.j.count("dhcp acquire eth0") >= 2 })
 	if n := tm.j.count("dhcp renew eth0: no answer"); n < 2 {
 		t.Errorf("%d failed renewals before the lease ran out, want retries:\n%s", n, tm.j.dump())
 	}
@@ -70,12 +60,7 @@ func TestLeaseRunsOut(t *testing.T) {
 func TestLeaseRefused(t *testing.T) {
 	tm := newTestMachine(t, map[string]string{"/proc/cmdline": "edgegate.ip=eth0:dhcp"})
 	tm.dhcp.set(testLease, nil, fmt.Errorf("%w: nak from 10.0.3.1", ErrLeaseRefused))
-	m := tm.boot()
-	wait := run(m)
-	waitFor(t, "a second acquisition", func() bool { return tm.j.count("dhcp acquire eth0") >= 2 })
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.runUntil(t, "a second acquisition", func() bool { return tm.j.count("dhcp acquire eth0") >= 2 })
 	// The lease is valid for an hour: only the refusal explains the new acquisition.
 	if got := tm.j.dump(); !strings.Contains(got, "dhcp renew eth0: the server refused the lease: nak from 10.0.3.1\ndhcp acquire eth0\n") {
 		t.Errorf("a refused renewal did not lead straight to a new acquisition:\n%s", got)
@@ -99,9 +84,7 @@ func TestNoLeaseAtBoot(t *testing.T) {
 	waitFor(t, "a retry", func() bool { return tm.j.count("dhcp acquire eth0: timeout") >= 2 })
 	tm.dhcp.set(testLease, nil, nil)
 	waitFor(t, "the lease", func() bool { return strings.Contains(tm.markers(), "EDGEGATE-NET-UP eth0 10.0.3.20/24") })
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.powerOff(m, wait)
 }
 
 func TestLeaseFromACK(t *testing.T) {

@@ -395,3 +395,19 @@ func run(m *Machine, components ...Component) (wait func()) {
 	}()
 	return func() { <-done }
 }
+
+// powerOff powers m off and waits for the power-off and for Run (wait) to return.
+func (tm *testMachine) powerOff(m *Machine, wait func()) {
+	m.PowerOff()
+	<-tm.power.done
+	wait()
+}
+
+// runUntil boots the machine, runs it until cond holds (what names it) and powers it off.
+func (tm *testMachine) runUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	m := tm.boot()
+	wait := run(m)
+	waitFor(t, what, cond)
+	tm.powerOff(m, wait)
+}

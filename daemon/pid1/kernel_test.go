@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 )
 
 // The tests in this file use the real kernel, in network namespaces they create and
@@ -25,22 +27,10 @@ import (
 
 var nsSeq atomic.Int32
 
-// needRoot fails under CI=true and skips elsewhere when the test cannot run.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("kernel tests need root under CI=true")
-	}
-	t.Skip("kernel tests need root")
-}
-
 // newNetns creates a named network namespace for the test and a route netlink handle in it.
 func newNetns(t *testing.T) (netns.NsHandle, *netlink.Handle) {
 	t.Helper()
-	needRoot(t)
+	kerneltest.NeedRoot(t)
 	name := fmt.Sprintf("egpid1-%d-%d", os.Getpid()%100000, nsSeq.Add(1))
 	var ns netns.NsHandle
 	err := inThread(func() error {
@@ -292,9 +282,7 @@ func TestDHCPInNetns(t *testing.T) {
 	for ds.renewals.Load() < 1 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	m.PowerOff()
-	<-tm.power.done
-	wait()
+	tm.powerOff(m, wait)
 	if ds.renewals.Load() < 1 {
 		t.Errorf("no renewal reached the server (%d requests)", ds.requests.Load())
 	}

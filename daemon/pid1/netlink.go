@@ -34,6 +34,19 @@ func (n *netlinkLinks) handle() (*netlink.Handle, error) {
 	return n.h, nil
 }
 
+// link returns the handle and the link named dev. Call with mu held.
+func (n *netlinkLinks) link(dev string) (*netlink.Handle, netlink.Link, error) {
+	h, err := n.handle()
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := h.LinkByName(dev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("link %s: %w", dev, err)
+	}
+	return h, l, nil
+}
+
 var _ LinkConfigurator = (*netlinkLinks)(nil)
 
 func (n *netlinkLinks) NICs() ([]string, error) {
@@ -87,13 +100,9 @@ func (n *netlinkLinks) WaitLink(ctx context.Context, dev string) error {
 func (n *netlinkLinks) SetUp(dev string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h, err := n.handle()
+	h, l, err := n.link(dev)
 	if err != nil {
 		return err
-	}
-	l, err := h.LinkByName(dev)
-	if err != nil {
-		return fmt.Errorf("link %s: %w", dev, err)
 	}
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set %s up: %w", dev, err)
@@ -104,13 +113,9 @@ func (n *netlinkLinks) SetUp(dev string) error {
 func (n *netlinkLinks) ReplaceAddress(dev string, addr netip.Prefix, lifetime time.Duration) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h, err := n.handle()
+	h, l, err := n.link(dev)
 	if err != nil {
 		return err
-	}
-	l, err := h.LinkByName(dev)
-	if err != nil {
-		return fmt.Errorf("link %s: %w", dev, err)
 	}
 	a := &netlink.Addr{IPNet: &net.IPNet{
 		IP:   addr.Addr().AsSlice(),
@@ -130,13 +135,9 @@ func (n *netlinkLinks) ReplaceAddress(dev string, addr netip.Prefix, lifetime ti
 func (n *netlinkLinks) ReplaceDefaultRoute(dev string, gw netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h, err := n.handle()
+	h, l, err := n.link(dev)
 	if err != nil {
 		return err
-	}
-	l, err := h.LinkByName(dev)
-	if err != nil {
-		return fmt.Errorf("link %s: %w", dev, err)
 	}
 	dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 	if gw.Is6() {

@@ -84,17 +84,7 @@ func TestTestImage(t *testing.T) {
 // TestTestImageWithoutDaemon: with no component (the daemon could not be configured) the
 // test runs right after boot.
 func TestTestImageWithoutDaemon(t *testing.T) {
-	tm := newTestMachine(t, map[string]string{
-		"/proc/cmdline": "edgegate.test=1",
-		testBinary:      "#!/bin/sh\necho ok\n",
-	})
-	m := tm.boot()
-	wait := run(m)
-	<-tm.power.done
-	wait()
-	if got := between(tm.console(), "EDGEGATE-TEST-BEGIN", "EDGEGATE-TEST-EXIT 0\n"); got != "ok\n" {
-		t.Errorf("test output %q, want \"ok\\n\"; console:\n%s", got, tm.console())
-	}
+	runTestImageAlone(t, "edgegate.test=1")
 }
 
 func TestTestImageWithoutTestBinary(t *testing.T) {
@@ -163,18 +153,25 @@ exit 1
 // TestPanicsWithoutDaemon: with no daemon to panic the test still runs, and the console
 // says why nothing panicked.
 func TestPanicsWithoutDaemon(t *testing.T) {
+	tm := runTestImageAlone(t, "edgegate.test=1 edgegate.test.panic=1")
+	if !strings.Contains(tm.console(), `msg="edgegate.test.panic: no daemon runs; nothing to panic" panics=1`) {
+		t.Errorf("console:\n%s", tm.console())
+	}
+}
+
+// runTestImageAlone boots a test image whose test prints "ok" with cmdline and no
+// component, until its power-off, and checks the test's output.
+func runTestImageAlone(t *testing.T, cmdline string) *testMachine {
+	t.Helper()
 	tm := newTestMachine(t, map[string]string{
-		"/proc/cmdline": "edgegate.test=1 edgegate.test.panic=1",
+		"/proc/cmdline": cmdline,
 		testBinary:      "#!/bin/sh\necho ok\n",
 	})
-	m := tm.boot()
-	wait := run(m)
+	wait := run(tm.boot())
 	<-tm.power.done
 	wait()
 	if got := between(tm.console(), "EDGEGATE-TEST-BEGIN", "EDGEGATE-TEST-EXIT 0\n"); got != "ok\n" {
 		t.Errorf("test output %q, want \"ok\\n\"; console:\n%s", got, tm.console())
 	}
-	if !strings.Contains(tm.console(), `msg="edgegate.test.panic: no daemon runs; nothing to panic" panics=1`) {
-		t.Errorf("console:\n%s", tm.console())
-	}
+	return tm
 }

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -135,13 +136,13 @@ func (v Version) String() string {
 func (v Version) Compare(w Version) int {
 	for _, c := range [...][2]uint64{{v.Major, w.Major}, {v.Minor, w.Minor}, {v.Patch, w.Patch}} {
 		if c[0] != c[1] {
-			return cmpUint(c[0], c[1])
+			return cmp.Compare(c[0], c[1])
 		}
 	}
 	if c := comparePre(v.Pre, w.Pre); c != 0 {
 		return c
 	}
-	return cmpUint(v.Commits, w.Commits)
+	return cmp.Compare(v.Commits, w.Commits)
 }
 
 func comparePre(a, b []string) int {
@@ -158,7 +159,7 @@ func comparePre(a, b []string) int {
 			return c
 		}
 	}
-	return cmpUint(uint64(len(a)), uint64(len(b)))
+	return cmp.Compare(len(a), len(b))
 }
 
 // compareIdent orders numeric identifiers numerically and below alphanumeric ones, which
@@ -169,21 +170,11 @@ func compareIdent(a, b string) int {
 	case an && bn:
 		x, _ := strconv.ParseUint(a, 10, 64)
 		y, _ := strconv.ParseUint(b, 10, 64)
-		return cmpUint(x, y)
+		return cmp.Compare(x, y)
 	case an:
 		return -1
 	case bn:
 		return 1
 	}
 	return strings.Compare(a, b)
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

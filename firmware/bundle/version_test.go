@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"cmp"
 	"errors"
 	"testing"
 )
@@ -72,7 +73,7 @@ func TestVersionCompare(t *testing.T) {
 		for _, b := range order {
 			va, _ := ParseVersion(a.v)
 			vb, _ := ParseVersion(b.v)
-			want := cmpUint(uint64(a.rank), uint64(b.rank))
+			want := cmp.Compare(a.rank, b.rank)
 			if got := va.Compare(vb); got != want {
 				t.Errorf("%s.Compare(%s) = %d, want %d", a.v, b.v, got, want)
 			}

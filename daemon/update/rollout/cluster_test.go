@@ -217,15 +217,7 @@ func (f *fleet) create(name, version string) {
 
 func (f *fleet) get(name string) *rollout.FirmwareRollout {
 	f.t.Helper()
-	u, err := f.admin.Resource(rollout.GVR).Get(f.t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	r, err := rollout.Decode(u)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return r
+	return getRollout(f.t, f.admin, name)
 }
 
 // history records, from the API server's watch, every state of each rollout's entries

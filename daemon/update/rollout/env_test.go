@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -127,13 +128,19 @@ func (e *fakeEnv) spec(path, version string) map[string]any {
 
 func (e *fakeEnv) get(name string) *rollout.FirmwareRollout {
 	e.t.Helper()
-	u, err := e.dyn.Resource(rollout.GVR).Get(e.t.Context(), name, metav1.GetOptions{})
+	return getRollout(e.t, e.dyn, name)
+}
+
+// getRollout reads the FirmwareRollout name through c.
+func getRollout(t *testing.T, c dynamic.Interface, name string) *rollout.FirmwareRollout {
+	t.Helper()
+	u, err := c.Resource(rollout.GVR).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	r, err := rollout.Decode(u)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return r
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/qemu/testdata/guestutil"
 )
 
 // The service of manifests/echo.yaml.
@@ -65,7 +67,7 @@ func TestPID1IsEdgegate(t *testing.T) {
 // TestModules: the proxy's kernel modules are loaded, and so is every module they depend
 // on, as each module's own .modinfo names them.
 func TestModules(t *testing.T) {
-	loaded := readProcModules(t)
+	loaded := guestutil.LoadedModules(t)
 	dir := moduleDir(t)
 	files := moduleFiles(t, dir)
 	checked := map[string]bool{}
@@ -110,21 +112,6 @@ func TestModules(t *testing.T) {
 			t.Errorf("%s was not reached through the dependencies", m)
 		}
 	}
-}
-
-func readProcModules(t *testing.T) map[string]bool {
-	t.Helper()
-	raw, err := os.ReadFile("/proc/modules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded := map[string]bool{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if name, _, ok := strings.Cut(line, " "); ok {
-			loaded[name] = true
-		}
-	}
-	return loaded
 }
 
 func moduleDir(t *testing.T) string {

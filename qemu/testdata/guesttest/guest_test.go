@@ -6,19 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/edgegate/edgegate/qemu/testdata/guestutil"
 )
 
 func TestModulesLoaded(t *testing.T) {
-	raw, err := os.ReadFile("/proc/modules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded := map[string]bool{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if name, _, ok := strings.Cut(line, " "); ok {
-			loaded[name] = true
-		}
-	}
+	loaded := guestutil.LoadedModules(t)
 	for _, m := range []string{"nf_tables", "nf_conntrack", "ip_vs", "ip_vs_rr", "ip_vs_mh", "nft_compat", "xt_statistic", "veth", "virtio_net"} {
 		t.Run(m, func(t *testing.T) {
 			if !loaded[m] {
