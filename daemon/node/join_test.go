@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/kernel/route"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
@@ -96,52 +97,13 @@ type recorder struct {
 }
 
 func (r recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if a, ok := attributes(req); ok {
+	if a, ok := clustertest.Attributes(req); ok {
+		a.Name = "" // deploy/'s roles grant by resource: check that the gateway may do a on any name
 		r.log.mu.Lock()
 		r.log.requests[a] = true
 		r.log.mu.Unlock()
 	}
 	return r.rt.RoundTrip(req)
-}
-
-// attributes turns a request into what RBAC authorizes: verb, group, resource, subresource,
-// namespace (names are left out: deploy/'s roles grant by resource).
-func attributes(req *http.Request) (authzv1.ResourceAttributes, bool) {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	var a authzv1.ResourceAttributes
-	switch {
-	case len(parts) >= 3 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 4 && parts[0] == "apis":
-		a.Group, parts = parts[1], parts[3:]
-	default:
-		return a, false // discovery, /version: not resources
-	}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		a.Namespace, parts = parts[1], parts[2:]
-	}
-	a.Resource = parts[0]
-	named := len(parts) >= 2
-	if len(parts) >= 3 {
-		a.Subresource = parts[2]
-	}
-	switch {
-	case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
-		a.Verb = "watch"
-	case req.Method == http.MethodGet && named:
-		a.Verb = "get"
-	case req.Method == http.MethodGet:
-		a.Verb = "list"
-	case req.Method == http.MethodPost:
-		a.Verb = "create"
-	case req.Method == http.MethodPut:
-		a.Verb = "update"
-	case req.Method == http.MethodPatch:
-		a.Verb = "patch"
-	case req.Method == http.MethodDelete:
-		a.Verb = "delete"
-	}
-	return a, true
 }
 
 // checkRBAC asks the API server whether deploy/'s roles allow every kind of request the
@@ -155,28 +117,15 @@ func (l *requestLog) checkRBAC(t *testing.T, admin kubernetes.Interface) {
 		t.Errorf("only %d kinds of requests recorded: %v", len(l.requests), l.requests)
 	}
 	for a := range l.requests {
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-			User: cluster.DefaultGatewayUser, Groups: []string{gatewayGroup, "system:authenticated"}, ResourceAttributes: &a,
-		}}
-		got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !got.Status.Allowed {
-			t.Errorf("the gateway made a request deploy/rbac.yaml does not allow: %+v (%s)", a, got.Status.Reason)
+		if ok, why := clustertest.GatewayAllowed(t, admin, gatewayGroup, a); !ok {
+			t.Errorf("the gateway made a request deploy/rbac.yaml does not allow: %+v (%s)", a, why)
 		}
 	}
 }
 
 func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, within, 50*time.Millisecond, cond)
 }
 
 func clusterNode(name, ip, podCIDR string) *v1.Node {

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 )
 
 // running is a Member under test with a fake API server.
@@ -51,13 +53,7 @@ func runMember(t *testing.T, client *fake.Clientset) *running {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, 10*time.Second, 10*time.Millisecond, cond)
 }
 
 func (r *running) node(t *testing.T) *v1.Node {
