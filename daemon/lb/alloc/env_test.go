@@ -64,11 +64,7 @@ func newEnv(t *testing.T, poolsDoc string) *env {
 	}); !apierrors.IsForbidden(err) {
 		t.Fatalf("before deploy/rbac.yaml the gateway may list the pools ConfigMap (err %v)", err)
 	}
-	created, err := cluster.ApplyFile(t.Context(), e.admin, "../../../deploy/rbac.yaml")
-	if err != nil {
-		t.Fatalf("apply deploy/rbac.yaml: %v", err)
-	}
-	t.Logf("applied deploy/rbac.yaml: %s", strings.Join(created, ", "))
+	clustertest.ApplyFile(t, e.admin, "../../../deploy/rbac.yaml")
 	e.waitRBAC(t)
 	if _, err := e.admin.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -248,6 +244,20 @@ type allocator struct {
 	*alloc.Controller
 	stop context.CancelFunc
 	done chan struct{}
+}
+
+// startWatcher runs g's pools watcher until the test ends.
+func startWatcher(t *testing.T, g *gw, log *slog.Logger) *alloc.Watcher {
+	w := alloc.NewWatcher(g, alloc.WatcherOptions{Log: log})
+	wctx, stopWatcher := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := w.Run(wctx); err != nil {
+			t.Errorf("pools watcher: %v", err)
+		}
+	})
+	t.Cleanup(func() { stopWatcher(); wg.Wait() })
+	return w
 }
 
 func startAllocator(t *testing.T, g *gw, o alloc.Options) *allocator {

@@ -78,3 +78,14 @@ func GatewayAllowed(t testing.TB, admin kubernetes.Interface, group string, a au
 	}
 	return got.Status.Allowed, got.Status.Reason
 }
+
+// ApplyFile creates the objects of a manifest file (cluster.ApplyFile) with admin, logs
+// what it created and fails t on an error.
+func ApplyFile(t testing.TB, admin kubernetes.Interface, file string) {
+	t.Helper()
+	created, err := cluster.ApplyFile(t.Context(), admin, file)
+	if err != nil {
+		t.Fatalf("apply %s: %v", file, err)
+	}
+	t.Logf("applied %s: %s", file, strings.Join(created, ", "))
+}
