@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgegate/edgegate/daemon/node"
@@ -147,6 +148,17 @@ func create(t *testing.T, cs kubernetes.Interface, objs []any) {
 // the cluster's CA.
 func gatewayClient(t *testing.T, c *cluster.Cluster, token string) kubernetes.Interface {
 	t.Helper()
+	cs, err := kubernetes.NewForConfig(gatewayConfig(t, c, token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// gatewayConfig is the gateway's client configuration exactly as the daemon builds it: API
+// server URL, token file, CA.
+func gatewayConfig(t *testing.T, c *cluster.Cluster, token string) *rest.Config {
+	t.Helper()
 	dir := t.TempDir()
 	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
@@ -159,11 +171,7 @@ func gatewayClient(t *testing.T, c *cluster.Cluster, token string) kubernetes.In
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return rc
 }
 
 // TestDeployIdentities joins with deploy/'s two identities against a real API server: the

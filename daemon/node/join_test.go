@@ -215,18 +215,7 @@ func TestJoinCluster(t *testing.T) {
 	admin := c.Client
 
 	// The gateway's client exactly as the daemon builds it: API server URL, token file, CA.
-	dir := t.TempDir()
-	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(tokenFile, []byte(c.GatewayToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(caFile, c.CAPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := source.Config{APIServer: c.Server, TokenFile: tokenFile, CAFile: caFile}.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := gatewayConfig(t, c, c.GatewayToken)
 	requests := requestLog{requests: map[authzv1.ResourceAttributes]bool{}}
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return recorder{rt, &requests} }
 	gw, err := kubernetes.NewForConfig(rc)
@@ -261,7 +250,7 @@ func TestJoinCluster(t *testing.T) {
 		}
 	}
 
-	stateDir := filepath.Join(dir, "state")
+	stateDir := filepath.Join(t.TempDir(), "state")
 	table := route.NewFake()
 	g := startGateway(t, gw, stateDir, table, 10*time.Second)
 	waitUntil(t, "the web service with 3 slices", 30*time.Second, func() bool {
