@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,11 +17,9 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/kernel/route"
@@ -38,52 +35,6 @@ import (
 // gatewayGroup is the group deploy/bootstrap-token.yaml gives the gateway's token and
 // deploy/rbac.yaml binds.
 const gatewayGroup = "system:bootstrappers:edgegate"
-
-// applyRBAC creates the RBAC objects of a deploy/ manifest file.
-func applyRBAC(t *testing.T, cs kubernetes.Interface, file string) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	for doc := range strings.SplitSeq(string(b), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		switch meta.Kind {
-		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
-		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
-		case "Role":
-			var o rbacv1.Role
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("%s: unexpected kind %q", file, meta.Kind)
-		}
-		if err != nil {
-			t.Fatalf("%s: create %s: %v", file, meta.Kind, err)
-		}
-	}
-}
-
-func mustUnmarshal(t *testing.T, doc string, o any) {
-	t.Helper()
-	if err := yaml.UnmarshalStrict([]byte(doc), o); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // requestLog records every request the gateway's client makes, as RBAC sees it.
 type requestLog struct {
@@ -226,7 +177,7 @@ func TestJoinCluster(t *testing.T) {
 		t.Fatalf("before deploy/rbac.yaml the gateway may list Services (err %v): the test would prove nothing", err)
 	}
 	clear(requests.requests)
-	applyRBAC(t, admin, "../../deploy/rbac.yaml")
+	create(t, admin, manifests(t, "rbac.yaml"))
 
 	// A Service with three EndpointSlices, and two Nodes with pod CIDRs.
 	svc := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0))
