@@ -87,6 +87,19 @@ func clusterNode(name, ip, podCIDR string) *v1.Node {
 	}
 }
 
+// createNode creates n with its status (addresses), which a create ignores.
+func createNode(t *testing.T, admin kubernetes.Interface, n *v1.Node) {
+	t.Helper()
+	created, err := admin.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = n.Status
+	if _, err := admin.CoreV1().Nodes().UpdateStatus(t.Context(), created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // gateway is the daemon's cluster side as the lead wires it: source, membership, routes.
 type gateway struct {
 	src     *source.Source
@@ -190,16 +203,8 @@ func TestJoinCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []*v1.Node{clusterNode("n1", "192.168.1.11", "10.244.1.0/24"), clusterNode("n2", "192.168.1.12", "10.244.2.0/24")} {
-		created, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status = n.Status
-		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createNode(t, admin, clusterNode("n1", "192.168.1.11", "10.244.1.0/24"))
+	createNode(t, admin, clusterNode("n2", "192.168.1.12", "10.244.2.0/24"))
 
 	stateDir := filepath.Join(t.TempDir(), "state")
 	table := route.NewFake()
@@ -246,15 +251,7 @@ func TestJoinCluster(t *testing.T) {
 	if err := admin.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n3 := clusterNode("n3", "192.168.1.13", "10.244.3.0/24")
-	created, err := admin.CoreV1().Nodes().Create(ctx, n3, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status = n3.Status
-	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNode(t, admin, clusterNode("n3", "192.168.1.13", "10.244.3.0/24"))
 	waitUntil(t, "web-3 gone from web", 30*time.Second, func() bool {
 		return slices.Equal(g.endpoints(), []string{"default/web:http -> 10.244.1.5,10.244.2.5"})
 	})
