@@ -4,13 +4,14 @@
 package metrics
 
 import (
-	"github.com/edgegate/edgegate/daemon/plan"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 const namespace = "edgegate"
