@@ -3,6 +3,7 @@
 package testkit
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"sync"
@@ -21,6 +22,24 @@ func WaitFor(t testing.TB, what string, within, poll time.Duration, cond func() 
 		}
 		time.Sleep(poll)
 	}
+}
+
+// Go runs run in a goroutine until the test ends; then it cancels run's context and waits
+// for run to return.
+func Go(t testing.TB, run func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// GoErr is Go for a run that returns an error: the error fails the test, named by what.
+func GoErr(t testing.TB, what string, run func(context.Context) error) {
+	Go(t, func(ctx context.Context) {
+		if err := run(ctx); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	})
 }
 
 // Logger logs into the test's output (shown with -v or on failure) until the test's

@@ -249,14 +249,7 @@ type allocator struct {
 // startWatcher runs g's pools watcher until the test ends.
 func startWatcher(t *testing.T, g *gw, log *slog.Logger) *alloc.Watcher {
 	w := alloc.NewWatcher(g, alloc.WatcherOptions{Log: log})
-	wctx, stopWatcher := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			t.Errorf("pools watcher: %v", err)
-		}
-	})
-	t.Cleanup(func() { stopWatcher(); wg.Wait() })
+	testkit.GoErr(t, "pools watcher", w.Run)
 	return w
 }
 

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -139,10 +138,7 @@ func start(t *testing.T, client *fake.Clientset, opts Options, tune func(*Source
 		tune(src)
 	}
 	st.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); src.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testkit.Go(t, src.Run)
 	return st
 }
 
