@@ -177,6 +177,16 @@ func threeReady(name string, svc *v1.Service, check func(t *testing.T, l *lab.La
 	}
 }
 
+// openHTTP opens a keep-alive HTTP connection from h to addr, or fails t.
+func openHTTP(t *testing.T, h *lab.Host, addr string) *lab.HTTPConn {
+	t.Helper()
+	c, err := h.OpenHTTP(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // manifests renders objects as one multi-document YAML file.
 func manifests(objs ...any) string {
 	docs := make([]string, 0, len(objs))

@@ -178,10 +178,7 @@ func ipvsLeastConnection() Scenario {
 		open := func() {
 			t.Helper()
 			want := fewest()
-			c, err := l.Client.OpenHTTP(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := openHTTP(t, l.Client, addr)
 			// One exchange: the connection is established in IPVS's eyes before the next.
 			r, err := c.Ask()
 			if err != nil {
@@ -387,10 +384,7 @@ func ipvsTerminatingDrains() Scenario {
 	svc := service("ipvs-drain", []string{"10.96.11.6"})
 	const name, addr = "ipvs-terminating-endpoint-drains", "10.96.11.6:80"
 	return threeReady(name, svc, func(t *testing.T, l *lab.Lab, g *Gateway) {
-		conn, err := l.Client.OpenHTTP(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := openHTTP(t, l.Client, addr)
 		defer conn.Close()
 		first, err := conn.Ask()
 		if err != nil {

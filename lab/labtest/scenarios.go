@@ -371,10 +371,7 @@ func incrementalChangeKeepsConnections() Scenario {
 		Name:      "incremental-change-keeps-established-connection",
 		Manifests: manifests(steady, slice(steady, discovery.AddressTypeIPv4, ready(1, 2, 3))),
 		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
-			conn, err := l.Client.OpenHTTP("10.96.10.12:80")
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := openHTTP(t, l.Client, "10.96.10.12:80")
 			defer conn.Close()
 			first, err := conn.Ask()
 			if err != nil {
