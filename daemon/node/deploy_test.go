@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -25,6 +26,9 @@ import (
 )
 
 const deployDir = "../../deploy"
+
+// deployKinds are the kinds deploy/'s files may hold.
+var deployKinds = []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ServiceAccount", "Namespace"}
 
 // manifests decodes every document of a deploy/ file strictly into its typed object.
 func manifests(t *testing.T, file string) []any {
@@ -39,24 +43,12 @@ func manifests(t *testing.T, file string) []any {
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		var o any
-		switch meta.Kind {
-		case "ClusterRole":
-			o = &rbacv1.ClusterRole{}
-		case "ClusterRoleBinding":
-			o = &rbacv1.ClusterRoleBinding{}
-		case "Role":
-			o = &rbacv1.Role{}
-		case "RoleBinding":
-			o = &rbacv1.RoleBinding{}
-		case "Secret":
-			o = &v1.Secret{}
-		case "ServiceAccount":
-			o = &v1.ServiceAccount{}
-		case "Namespace":
-			o = &v1.Namespace{}
-		default:
+		if !slices.Contains(deployKinds, meta.Kind) {
 			t.Fatalf("%s: unexpected kind %q", file, meta.Kind)
+		}
+		o, err := scheme.Scheme.New(meta.GroupVersionKind())
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
 		}
 		if err := yaml.UnmarshalStrict([]byte(doc), o); err != nil {
 			t.Fatalf("%s: %s: %v", file, meta.Kind, err)
