@@ -9,55 +9,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/edgegate/edgegate/lab/nsthread"
 )
 
 // netnsDir is where named network namespaces are bound, as `ip netns` binds them, so
 // that the stock tools (and tests that hold only a name) find the lab's namespaces.
 const netnsDir = "/run/netns"
 
-// onThread runs fn on a locked OS thread of its own, inside the network namespace ns when
-// that is open, and moves the thread back to its original namespace afterwards (fn may
-// have moved it, too). A thread that cannot be brought back is left locked: the runtime
-// then ends it with its goroutine instead of reusing it.
-func onThread(ns netns.NsHandle, what string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("%s: current namespace: %w", what, err)
-			return
-		}
-		defer orig.Close()
-		if ns.IsOpen() {
-			if err := netns.Set(ns); err != nil {
-				errc <- fmt.Errorf("%s: enter: %w", what, err)
-				return
-			}
-		}
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("%s: leave: %w", what, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
-
 // newNamespace creates a network namespace bound at /run/netns/<name> and returns a handle
 // to it. The calling goroutine's thread never enters it.
 func newNamespace(name string) (netns.NsHandle, error) {
 	h := netns.None()
-	err := onThread(netns.None(), "new namespace "+name, func() error {
+	err := nsthread.Run(netns.None(), "new namespace "+name, func() error {
 		var err error
-		// NewNamed unshares this thread into the new namespace; onThread moves it back.
+		// NewNamed unshares this thread into the new namespace; nsthread.Run moves it back.
 		h, err = netns.NewNamed(name)
 		return err
 	})
@@ -80,7 +49,7 @@ func deleteNamespace(name string) error {
 // belong to h. Sockets keep their namespace for life, so they may be used from any
 // goroutine afterwards.
 func (h *Host) Do(fn func() error) error {
-	return onThread(h.ns, h.Name, fn)
+	return nsthread.Run(h.ns, h.Name, fn)
 }
 
 // Start starts cmd inside h's network namespace: the child is forked from a thread in

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/edgegate/edgegate/daemon/plan"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 // serveTLSPlane serves a test dashboard as the daemon does on a non-loopback bind: every

@@ -98,7 +98,13 @@ func get(t *testing.T, url string, hdr map[string]string) (*http.Response, strin
 
 func request(t *testing.T, method, url string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	return send(t, method, url, nil, hdr)
+}
+
+// send makes one request with body (nil for none) and headers hdr, and reads the answer.
+func send(t *testing.T, method, url string, body io.Reader, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/edgegate/edgegate/daemon/plan"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/update"
 	"github.com/edgegate/edgegate/firmware/bundle"
 )
@@ -59,17 +59,8 @@ func TestUpdateActions(t *testing.T) {
 	t.Cleanup(srv.Close)
 	post := func(path, body string, hdr map[string]string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, b := send(t, http.MethodPost, srv.URL+path, strings.NewReader(body), hdr)
+		return resp.StatusCode, b
 	}
 	bearer := map[string]string{"Authorization": "Bearer " + testToken}
 	if code, body := post("/api/update", "x", bearer); code != http.StatusNotFound || !strings.Contains(body, "only offered by the firmware") {

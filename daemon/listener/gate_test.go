@@ -143,6 +143,14 @@ func expectClosed(t *testing.T, c net.Conn, what string) {
 	}
 }
 
+// expectCount fails t when a count is not want.
+func expectCount(t *testing.T, what string, got, want int) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: %d, want %d", what, got, want)
+	}
+}
+
 func TestPerSourceCap(t *testing.T) {
 	m := newFakeMetrics()
 	a := newAcceptor(t, caps(2, 10), m)
@@ -151,12 +159,8 @@ func TestPerSourceCap(t *testing.T) {
 
 	expectRefused(t, "127.0.0.1", a.addr, "a third connection from 127.0.0.1")
 	a.open(t, "127.0.0.2")
-	if got := a.gate.Open(); got != 3 {
-		t.Errorf("open connections: %d, want 3", got)
-	}
-	if got := m.refusals(RefusedPerSource); got != 1 {
-		t.Errorf("refusals per source: %d, want 1", got)
-	}
+	expectCount(t, "open connections", a.gate.Open(), 3)
+	expectCount(t, "refusals per source", m.refusals(RefusedPerSource), 1)
 }
 
 func TestTotalCap(t *testing.T) {
@@ -166,12 +170,8 @@ func TestTotalCap(t *testing.T) {
 	a.open(t, "127.0.0.2")
 
 	expectRefused(t, "127.0.0.3", a.addr, "a third connection, from a new source")
-	if got := m.refusals(RefusedTotal); got != 1 {
-		t.Errorf("refusals for the total: %d, want 1", got)
-	}
-	if got := m.refusals(RefusedPerSource); got != 0 {
-		t.Errorf("refusals per source: %d, want 0", got)
-	}
+	expectCount(t, "refusals for the total", m.refusals(RefusedTotal), 1)
+	expectCount(t, "refusals per source", m.refusals(RefusedPerSource), 0)
 }
 
 func TestCloseGivesThePlaceBackOnce(t *testing.T) {

@@ -4,13 +4,14 @@
 package metrics
 
 import (
-	"github.com/edgegate/edgegate/daemon/plan"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 const namespace = "edgegate"
@@ -67,93 +68,54 @@ func concat(parts ...[]float64) []float64 {
 	return out
 }
 
+// The constructors below fill in the namespace that every metric of the daemon shares.
+
+func histogram(name string, buckets []float64, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
 // New creates the metrics and registers them, with the Go runtime and process collectors, on a
 // fresh registry.
 func New() *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds, full and partial syncs alike", Buckets: syncBuckets,
-		}),
-		syncFullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "sync_full_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: syncBuckets,
-		}),
-		syncPartialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "sync_partial_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: syncBuckets,
-		}),
-		syncKernelDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_kernel_duration_seconds",
-			Help:    "The kernel's part of each sync in seconds: the transaction's commit (nftables, iptables), the IPVS calls (ipvs)",
-			Buckets: syncBuckets,
-		}),
-		networkProgramming: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "network_programming_duration_seconds",
-			Help: "Time from a Service or endpoint change to the rules that reflect it, in seconds", Buckets: networkProgrammingBuckets,
-		}),
-		lastSynced: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_last_timestamp_seconds",
-			Help: "The last time proxy rules were successfully synced",
-		}),
-		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
-			Help: "The last time a sync of proxy rules was queued",
-		}),
-		endpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_endpoint_changes_total",
-			Help: "Cumulative proxy rules Endpoint changes",
-		}),
-		endpointPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_endpoint_changes_pending",
-			Help: "Pending proxy rules Endpoint changes",
-		}),
-		serviceChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_service_changes_total",
-			Help: "Cumulative proxy rules Service changes",
-		}),
-		servicePending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_service_changes_pending",
-			Help: "Pending proxy rules Service changes",
-		}),
-		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_failures_total",
-			Help: "Cumulative failed syncs of proxy rules, by proxy mode",
-		}, []string{"mode"}),
-		nftablesFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_nftables_sync_failures_total",
-			Help: "Cumulative failed nftables syncs (kube-proxy's name for the nftables mode's failures)",
-		}),
-		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "sync_proxy_rules_no_local_endpoints_total",
-			Help: "Number of services with a Local traffic policy and no endpoints on this node",
-		}, []string{"traffic_policy"}),
-		conntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "conntrack_cleanup_entries_deleted_total",
-			Help: "Cumulative conntrack entries deleted because their endpoint or service went away",
-		}),
-		manifestProblems: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "manifests_problems",
-			Help: "Number of manifest files or objects that could not be used in the last load",
-		}),
-		objectsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "objects_rejected_total",
-			Help: "Cluster objects that failed validation, each version counted once, by kind and by what became of them " +
-				"(kept-last-good, refused, source-ranges-closed, skipped)",
-		}, []string{"kind", "reason"}),
-		listenerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "listener_connections_refused_total",
-			Help: "Connections an HTTP listener closed at once because a cap was reached, by listener and cap (per_source, total)",
-		}, []string{"listener", "reason"}),
-		listenerConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "listener_connections",
-			Help: "Connections an HTTP listener holds open, by listener (websockets included)",
-		}, []string{"listener"}),
-		heartbeatsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "lb_heartbeats_rejected_total",
-			Help: "LoadBalancer heartbeats refused, by reason: unsigned, bad-mac, malformed, replayed, stale",
-		}, []string{"reason"}),
+		reg:                 prometheus.NewRegistry(),
+		syncDuration:        histogram("sync_proxy_rules_duration_seconds", syncBuckets, "SyncProxyRules latency in seconds, full and partial syncs alike"),
+		syncFullDuration:    histogram("sync_full_proxy_rules_duration_seconds", syncBuckets, "SyncProxyRules latency in seconds for full resyncs"),
+		syncPartialDuration: histogram("sync_partial_proxy_rules_duration_seconds", syncBuckets, "SyncProxyRules latency in seconds for partial resyncs"),
+		syncKernelDuration:  histogram("sync_proxy_rules_kernel_duration_seconds", syncBuckets, "The kernel's part of each sync in seconds: the transaction's commit (nftables, iptables), the IPVS calls (ipvs)"),
+		networkProgramming:  histogram("network_programming_duration_seconds", networkProgrammingBuckets, "Time from a Service or endpoint change to the rules that reflect it, in seconds"),
+		lastSynced:          gauge("sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced"),
+		lastQueued:          gauge("sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued"),
+		endpointChanges:     counter("sync_proxy_rules_endpoint_changes_total", "Cumulative proxy rules Endpoint changes"),
+		endpointPending:     gauge("sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes"),
+		serviceChanges:      counter("sync_proxy_rules_service_changes_total", "Cumulative proxy rules Service changes"),
+		servicePending:      gauge("sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes"),
+		syncFailures:        counterVec("sync_proxy_rules_failures_total", "Cumulative failed syncs of proxy rules, by proxy mode", "mode"),
+		nftablesFailures:    counter("sync_proxy_rules_nftables_sync_failures_total", "Cumulative failed nftables syncs (kube-proxy's name for the nftables mode's failures)"),
+		noLocalEndpoints:    gaugeVec("sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints on this node", "traffic_policy"),
+		conntrackDeleted:    counter("conntrack_cleanup_entries_deleted_total", "Cumulative conntrack entries deleted because their endpoint or service went away"),
+		manifestProblems:    gauge("manifests_problems", "Number of manifest files or objects that could not be used in the last load"),
+		objectsRejected: counterVec("objects_rejected_total", "Cluster objects that failed validation, each version counted once, by kind and by what became of them "+
+			"(kept-last-good, refused, source-ranges-closed, skipped)", "kind", "reason"),
+		listenerRefused:    counterVec("listener_connections_refused_total", "Connections an HTTP listener closed at once because a cap was reached, by listener and cap (per_source, total)", "listener", "reason"),
+		listenerConns:      gaugeVec("listener_connections", "Connections an HTTP listener holds open, by listener (websockets included)", "listener"),
+		heartbeatsRejected: counterVec("lb_heartbeats_rejected_total", "LoadBalancer heartbeats refused, by reason: unsigned, bad-mac, malformed, replayed, stale", "reason"),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
 	for _, mode := range plan.Modes {
@@ -287,22 +249,22 @@ type ClusterState struct {
 // ObserveCluster registers the cluster metrics, read from state at every scrape. Call it once,
 // in cluster mode only: a standalone gateway has no such series.
 func (m *Metrics) ObserveCluster(state func() ClusterState) {
-	gauge := func(name, help string, value func(ClusterState) float64) prometheus.Collector {
+	gaugeFunc := func(name, help string, value func(ClusterState) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help},
 			func() float64 { return value(state()) })
 	}
 	m.reg.MustRegister(
-		gauge("cluster_api_reachable", "1 when the API server answered the last request",
+		gaugeFunc("cluster_api_reachable", "1 when the API server answered the last request",
 			func(s ClusterState) float64 { return boolValue(s.Reachable) }),
-		gauge("cluster_synced", "1 when every informer has listed from the API server",
+		gaugeFunc("cluster_synced", "1 when every informer has listed from the API server",
 			func(s ClusterState) float64 { return boolValue(s.Synced) }),
-		gauge("cluster_serving_from_cache", "1 while the programmed state is the cached one because the API server did not answer at start",
+		gaugeFunc("cluster_serving_from_cache", "1 while the programmed state is the cached one because the API server did not answer at start",
 			func(s ClusterState) float64 { return boolValue(s.FromCache) }),
-		gauge("cluster_last_contact_timestamp_seconds", "The last time the API server answered",
+		gaugeFunc("cluster_last_contact_timestamp_seconds", "The last time the API server answered",
 			func(s ClusterState) float64 { return timestamp(s.LastContact) }),
-		gauge("cluster_cache_saved_timestamp_seconds", "The last time the synced cluster state was written to the state directory",
+		gaugeFunc("cluster_cache_saved_timestamp_seconds", "The last time the synced cluster state was written to the state directory",
 			func(s ClusterState) float64 { return timestamp(s.CacheSaved) }),
-		gauge("node_lease_renewed_timestamp_seconds", "The last time the gateway's Node Lease was renewed",
+		gaugeFunc("node_lease_renewed_timestamp_seconds", "The last time the gateway's Node Lease was renewed",
 			func(s ClusterState) float64 { return timestamp(s.LeaseRenewed) }),
 	)
 }

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"bufio"
-	"github.com/edgegate/edgegate/daemon/plan"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/daemon/plan"
 )
 
 // scrape fetches m's handler through HTTP and returns each sample's value by its series text,

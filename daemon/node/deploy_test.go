@@ -15,6 +15,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgegate/edgegate/daemon/node"
@@ -24,6 +26,9 @@ import (
 )
 
 const deployDir = "../../deploy"
+
+// deployKinds are the kinds deploy/'s files may hold.
+var deployKinds = []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Secret", "ServiceAccount", "Namespace"}
 
 // manifests decodes every document of a deploy/ file strictly into its typed object.
 func manifests(t *testing.T, file string) []any {
@@ -38,24 +43,12 @@ func manifests(t *testing.T, file string) []any {
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		var o any
-		switch meta.Kind {
-		case "ClusterRole":
-			o = &rbacv1.ClusterRole{}
-		case "ClusterRoleBinding":
-			o = &rbacv1.ClusterRoleBinding{}
-		case "Role":
-			o = &rbacv1.Role{}
-		case "RoleBinding":
-			o = &rbacv1.RoleBinding{}
-		case "Secret":
-			o = &v1.Secret{}
-		case "ServiceAccount":
-			o = &v1.ServiceAccount{}
-		case "Namespace":
-			o = &v1.Namespace{}
-		default:
+		if !slices.Contains(deployKinds, meta.Kind) {
 			t.Fatalf("%s: unexpected kind %q", file, meta.Kind)
+		}
+		o, err := scheme.Scheme.New(meta.GroupVersionKind())
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
 		}
 		if err := yaml.UnmarshalStrict([]byte(doc), o); err != nil {
 			t.Fatalf("%s: %s: %v", file, meta.Kind, err)
@@ -147,6 +140,17 @@ func create(t *testing.T, cs kubernetes.Interface, objs []any) {
 // the cluster's CA.
 func gatewayClient(t *testing.T, c *cluster.Cluster, token string) kubernetes.Interface {
 	t.Helper()
+	cs, err := kubernetes.NewForConfig(gatewayConfig(t, c, token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// gatewayConfig is the gateway's client configuration exactly as the daemon builds it: API
+// server URL, token file, CA.
+func gatewayConfig(t *testing.T, c *cluster.Cluster, token string) *rest.Config {
+	t.Helper()
 	dir := t.TempDir()
 	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
@@ -159,11 +163,7 @@ func gatewayClient(t *testing.T, c *cluster.Cluster, token string) kubernetes.In
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return rc
 }
 
 // TestDeployIdentities joins with deploy/'s two identities against a real API server: the

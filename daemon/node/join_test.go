@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,12 +17,11 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/kernel/route"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
@@ -38,52 +36,6 @@ import (
 // deploy/rbac.yaml binds.
 const gatewayGroup = "system:bootstrappers:edgegate"
 
-// applyRBAC creates the RBAC objects of a deploy/ manifest file.
-func applyRBAC(t *testing.T, cs kubernetes.Interface, file string) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	for doc := range strings.SplitSeq(string(b), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		switch meta.Kind {
-		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
-		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
-		case "Role":
-			var o rbacv1.Role
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			mustUnmarshal(t, doc, &o)
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("%s: unexpected kind %q", file, meta.Kind)
-		}
-		if err != nil {
-			t.Fatalf("%s: create %s: %v", file, meta.Kind, err)
-		}
-	}
-}
-
-func mustUnmarshal(t *testing.T, doc string, o any) {
-	t.Helper()
-	if err := yaml.UnmarshalStrict([]byte(doc), o); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // requestLog records every request the gateway's client makes, as RBAC sees it.
 type requestLog struct {
 	mu       sync.Mutex
@@ -96,52 +48,13 @@ type recorder struct {
 }
 
 func (r recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if a, ok := attributes(req); ok {
+	if a, ok := clustertest.Attributes(req); ok {
+		a.Name = "" // deploy/'s roles grant by resource: check that the gateway may do a on any name
 		r.log.mu.Lock()
 		r.log.requests[a] = true
 		r.log.mu.Unlock()
 	}
 	return r.rt.RoundTrip(req)
-}
-
-// attributes turns a request into what RBAC authorizes: verb, group, resource, subresource,
-// namespace (names are left out: deploy/'s roles grant by resource).
-func attributes(req *http.Request) (authzv1.ResourceAttributes, bool) {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	var a authzv1.ResourceAttributes
-	switch {
-	case len(parts) >= 3 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 4 && parts[0] == "apis":
-		a.Group, parts = parts[1], parts[3:]
-	default:
-		return a, false // discovery, /version: not resources
-	}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		a.Namespace, parts = parts[1], parts[2:]
-	}
-	a.Resource = parts[0]
-	named := len(parts) >= 2
-	if len(parts) >= 3 {
-		a.Subresource = parts[2]
-	}
-	switch {
-	case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
-		a.Verb = "watch"
-	case req.Method == http.MethodGet && named:
-		a.Verb = "get"
-	case req.Method == http.MethodGet:
-		a.Verb = "list"
-	case req.Method == http.MethodPost:
-		a.Verb = "create"
-	case req.Method == http.MethodPut:
-		a.Verb = "update"
-	case req.Method == http.MethodPatch:
-		a.Verb = "patch"
-	case req.Method == http.MethodDelete:
-		a.Verb = "delete"
-	}
-	return a, true
 }
 
 // checkRBAC asks the API server whether deploy/'s roles allow every kind of request the
@@ -155,28 +68,15 @@ func (l *requestLog) checkRBAC(t *testing.T, admin kubernetes.Interface) {
 		t.Errorf("only %d kinds of requests recorded: %v", len(l.requests), l.requests)
 	}
 	for a := range l.requests {
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-			User: cluster.DefaultGatewayUser, Groups: []string{gatewayGroup, "system:authenticated"}, ResourceAttributes: &a,
-		}}
-		got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !got.Status.Allowed {
-			t.Errorf("the gateway made a request deploy/rbac.yaml does not allow: %+v (%s)", a, got.Status.Reason)
+		if ok, why := clustertest.GatewayAllowed(t, admin, gatewayGroup, a); !ok {
+			t.Errorf("the gateway made a request deploy/rbac.yaml does not allow: %+v (%s)", a, why)
 		}
 	}
 }
 
 func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, within, 50*time.Millisecond, cond)
 }
 
 func clusterNode(name, ip, podCIDR string) *v1.Node {
@@ -184,6 +84,19 @@ func clusterNode(name, ip, podCIDR string) *v1.Node {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       v1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
 		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}},
+	}
+}
+
+// createNode creates n with its status (addresses), which a create ignores.
+func createNode(t *testing.T, admin kubernetes.Interface, n *v1.Node) {
+	t.Helper()
+	created, err := admin.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = n.Status
+	if _, err := admin.CoreV1().Nodes().UpdateStatus(t.Context(), created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -266,18 +179,7 @@ func TestJoinCluster(t *testing.T) {
 	admin := c.Client
 
 	// The gateway's client exactly as the daemon builds it: API server URL, token file, CA.
-	dir := t.TempDir()
-	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(tokenFile, []byte(c.GatewayToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(caFile, c.CAPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := source.Config{APIServer: c.Server, TokenFile: tokenFile, CAFile: caFile}.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := gatewayConfig(t, c, c.GatewayToken)
 	requests := requestLog{requests: map[authzv1.ResourceAttributes]bool{}}
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return recorder{rt, &requests} }
 	gw, err := kubernetes.NewForConfig(rc)
@@ -288,7 +190,7 @@ func TestJoinCluster(t *testing.T) {
 		t.Fatalf("before deploy/rbac.yaml the gateway may list Services (err %v): the test would prove nothing", err)
 	}
 	clear(requests.requests)
-	applyRBAC(t, admin, "../../deploy/rbac.yaml")
+	create(t, admin, manifests(t, "rbac.yaml"))
 
 	// A Service with three EndpointSlices, and two Nodes with pod CIDRs.
 	svc := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0))
@@ -301,18 +203,10 @@ func TestJoinCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []*v1.Node{clusterNode("n1", "192.168.1.11", "10.244.1.0/24"), clusterNode("n2", "192.168.1.12", "10.244.2.0/24")} {
-		created, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		created.Status = n.Status
-		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createNode(t, admin, clusterNode("n1", "192.168.1.11", "10.244.1.0/24"))
+	createNode(t, admin, clusterNode("n2", "192.168.1.12", "10.244.2.0/24"))
 
-	stateDir := filepath.Join(dir, "state")
+	stateDir := filepath.Join(t.TempDir(), "state")
 	table := route.NewFake()
 	g := startGateway(t, gw, stateDir, table, 10*time.Second)
 	waitUntil(t, "the web service with 3 slices", 30*time.Second, func() bool {
@@ -357,15 +251,7 @@ func TestJoinCluster(t *testing.T) {
 	if err := admin.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n3 := clusterNode("n3", "192.168.1.13", "10.244.3.0/24")
-	created, err := admin.CoreV1().Nodes().Create(ctx, n3, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status = n3.Status
-	if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNode(t, admin, clusterNode("n3", "192.168.1.13", "10.244.3.0/24"))
 	waitUntil(t, "web-3 gone from web", 30*time.Second, func() bool {
 		return slices.Equal(g.endpoints(), []string{"default/web:http -> 10.244.1.5,10.244.2.5"})
 	})

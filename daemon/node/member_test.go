@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 )
 
 // running is a Member under test with a fake API server.
@@ -51,13 +53,16 @@ func runMember(t *testing.T, client *fake.Clientset) *running {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, 10*time.Second, 10*time.Millisecond, cond)
+}
+
+// readyMember runs a Member whose rules are programmed, once its Node is Ready.
+func readyMember(t *testing.T, client *fake.Clientset) *running {
+	t.Helper()
+	r := runMember(t, client)
+	r.programmed.Store(true)
+	r.waitReady(t, v1.ConditionTrue, ReasonReady)
+	return r
 }
 
 func (r *running) node(t *testing.T) *v1.Node {
@@ -144,9 +149,7 @@ func TestMemberRegistersAndRenews(t *testing.T) {
 }
 
 func TestMemberDrainsAndShutsDown(t *testing.T) {
-	r := runMember(t, newClient())
-	r.programmed.Store(true)
-	r.waitReady(t, v1.ConditionTrue, ReasonReady)
+	r := readyMember(t, newClient())
 	r.m.SetDraining(true)
 	r.waitReady(t, v1.ConditionFalse, ReasonDraining)
 	r.m.SetDraining(false)
@@ -163,9 +166,7 @@ func TestMemberAdoptsExistingNode(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "gw1", UID: "uid-old", Labels: map[string]string{"rack": "r7"}},
 		Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: "maintenance", Effect: v1.TaintEffectNoSchedule}}},
 	}
-	r := runMember(t, newClient(existing))
-	r.programmed.Store(true)
-	r.waitReady(t, v1.ConditionTrue, ReasonReady)
+	r := readyMember(t, newClient(existing))
 	n := r.node(t)
 	if n.Labels["rack"] != "r7" || n.Labels[RoleLabel] != "" || len(n.Spec.Taints) != 2 {
 		t.Errorf("adopted node: labels %v taints %v", n.Labels, n.Spec.Taints)
@@ -177,9 +178,7 @@ func TestMemberAdoptsExistingNode(t *testing.T) {
 }
 
 func TestMemberRegistersDeletedNodeAgain(t *testing.T) {
-	r := runMember(t, newClient())
-	r.programmed.Store(true)
-	r.waitReady(t, v1.ConditionTrue, ReasonReady)
+	r := readyMember(t, newClient())
 	if err := r.client.CoreV1().Nodes().Delete(context.Background(), "gw1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -190,9 +189,7 @@ func TestMemberRegistersDeletedNodeAgain(t *testing.T) {
 // After an outage the node lifecycle controller has marked the Node Unknown; the next
 // heartbeat must put it right, not wait for the status interval.
 func TestMemberRepairsUnknownReady(t *testing.T) {
-	r := runMember(t, newClient())
-	r.programmed.Store(true)
-	r.waitReady(t, v1.ConditionTrue, ReasonReady)
+	r := readyMember(t, newClient())
 	n := r.node(t)
 	for i := range n.Status.Conditions {
 		if n.Status.Conditions[i].Type == v1.NodeReady {
@@ -226,9 +223,7 @@ func TestMemberRetriesLeaseFailures(t *testing.T) {
 
 // The gateway's requests stay inside deploy/'s ClusterRole and Role.
 func TestMemberRequestsStayInRBAC(t *testing.T) {
-	r := runMember(t, newClient())
-	r.programmed.Store(true)
-	r.waitReady(t, v1.ConditionTrue, ReasonReady)
+	r := readyMember(t, newClient())
 	r.m.SetDraining(true)
 	r.waitReady(t, v1.ConditionFalse, ReasonDraining)
 	if err := r.client.CoreV1().Nodes().Delete(context.Background(), "gw1", metav1.DeleteOptions{}); err != nil {

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/kernel/route"
 )
 
@@ -100,10 +100,7 @@ func runRoutes(t *testing.T, table RouteTable, nodes *nodeList, resync time.Dura
 	t.Helper()
 	r := NewRoutes(table, "gw1", nodes.get, nil)
 	r.resync = resync
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testkit.Go(t, r.Run)
 	return r
 }
 

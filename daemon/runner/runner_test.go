@@ -85,6 +85,17 @@ func (h *harness) expectIdle(timers ...time.Time) {
 	}
 }
 
+// expectRunAt checks that the runner, idle until at, has not run a millisecond before at,
+// and runs at at.
+func (h *harness) expectRunAt(at time.Time) {
+	h.t.Helper()
+	h.expectIdle(at)
+	h.clk.Advance(at.Sub(h.clk.Now()) - time.Millisecond)
+	h.expectIdle(at)
+	h.clk.Advance(time.Millisecond)
+	h.expectCall(at)
+}
+
 // Triggers coalesce into one run; two runs may follow each other at once (the burst), a
 // third waits for the bucket.
 func TestTriggersCoalesceIntoOneRun(t *testing.T) {
@@ -124,11 +135,7 @@ func TestSlowRunIsFollowedByRestOfMinInterval(t *testing.T) {
 	h.start()
 	h.r.Trigger()
 	h.expectCall(t0)
-	h.expectIdle(t0.Add(4 * time.Second))
-	h.clk.Advance(999 * time.Millisecond)
-	h.expectIdle(t0.Add(4 * time.Second))
-	h.clk.Advance(time.Millisecond)
-	h.expectCall(t0.Add(4 * time.Second))
+	h.expectRunAt(t0.Add(4 * time.Second))
 }
 
 // A change a second with a one-second minimum interval, arriving up to 30ms early or late:
@@ -158,11 +165,7 @@ func TestRestAsLongAsTheRun(t *testing.T) {
 	h.r.Trigger()
 	h.expectCall(t0)
 	h.r.Trigger()
-	h.expectIdle(t0.Add(1200 * time.Millisecond))
-	h.clk.Advance(599 * time.Millisecond)
-	h.expectIdle(t0.Add(1200 * time.Millisecond))
-	h.clk.Advance(time.Millisecond)
-	h.expectCall(t0.Add(1200 * time.Millisecond))
+	h.expectRunAt(t0.Add(1200 * time.Millisecond))
 }
 
 func TestPeriodicRunWithoutTriggers(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -67,41 +68,31 @@ func Decode(b []byte) ([]runtime.Object, error) {
 // Apply creates objs in order (see ApplyFile) and returns their kind/namespace/name.
 func Apply(ctx context.Context, client kubernetes.Interface, objs ...runtime.Object) ([]string, error) {
 	var created []string
-	opts := metav1.CreateOptions{}
 	for _, obj := range objs {
 		var err error
-		var name string
 		switch o := obj.(type) {
 		case *v1.Namespace:
-			name = "Namespace " + o.Name
-			_, err = client.CoreV1().Namespaces().Create(ctx, o, opts)
+			err = create(ctx, client.CoreV1().Namespaces(), o)
 		case *v1.ServiceAccount:
-			name = "ServiceAccount " + o.Namespace + "/" + o.Name
-			_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
+			err = create(ctx, client.CoreV1().ServiceAccounts(o.Namespace), o)
 		case *v1.Secret:
-			name = "Secret " + o.Namespace + "/" + o.Name
-			_, err = client.CoreV1().Secrets(o.Namespace).Create(ctx, o, opts)
+			err = create(ctx, client.CoreV1().Secrets(o.Namespace), o)
 		case *rbacv1.ClusterRole:
-			name = "ClusterRole " + o.Name
-			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, opts)
+			err = create(ctx, client.RbacV1().ClusterRoles(), o)
 		case *rbacv1.ClusterRoleBinding:
-			name = "ClusterRoleBinding " + o.Name
-			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
+			err = create(ctx, client.RbacV1().ClusterRoleBindings(), o)
 		case *rbacv1.Role:
-			name = "Role " + o.Namespace + "/" + o.Name
-			_, err = client.RbacV1().Roles(o.Namespace).Create(ctx, o, opts)
+			err = create(ctx, client.RbacV1().Roles(o.Namespace), o)
 		case *rbacv1.RoleBinding:
-			name = "RoleBinding " + o.Namespace + "/" + o.Name
-			_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, opts)
+			err = create(ctx, client.RbacV1().RoleBindings(o.Namespace), o)
 		case *v1.Service:
-			name = "Service " + o.Namespace + "/" + o.Name
 			err = createService(ctx, client, o)
 		case *discovery.EndpointSlice:
-			name = "EndpointSlice " + o.Namespace + "/" + o.Name
-			_, err = client.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, opts)
+			err = create(ctx, client.DiscoveryV1().EndpointSlices(o.Namespace), o)
 		default:
 			return created, fmt.Errorf("apply: %T is not a kind this helper creates", obj)
 		}
+		name := describe(obj)
 		if apierrors.IsAlreadyExists(err) {
 			continue
 		}
@@ -111,6 +102,25 @@ func Apply(ctx context.Context, client kubernetes.Interface, objs ...runtime.Obj
 		created = append(created, name)
 	}
 	return created, nil
+}
+
+// create creates o through c, a typed client of o's kind.
+func create[T any](ctx context.Context, c interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+}, o T) error {
+	_, err := c.Create(ctx, o, metav1.CreateOptions{})
+	return err
+}
+
+// describe names an object as Apply reports it: its kind, then its namespace/name, or its
+// name alone for a cluster-scoped object.
+func describe(obj runtime.Object) string {
+	o := obj.(metav1.Object)
+	name := o.GetName()
+	if o.GetNamespace() != "" {
+		name = o.GetNamespace() + "/" + name
+	}
+	return reflect.TypeOf(obj).Elem().Name() + " " + name
 }
 
 // createService creates a Service and then writes its status, which a create ignores: a

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/edgegate/edgegate/lab/nsthread"
 )
 
 // namespace is where the cluster's processes live and its sockets are made: a named network
@@ -21,36 +22,12 @@ func (ns namespace) do(fn func() error) error {
 	if ns == "" {
 		return fn()
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter %s: current namespace: %w", ns, err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(string(ns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter %s: %w", ns, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- fmt.Errorf("enter %s: %w", ns, err)
-			return
-		}
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("leave %s: %w", ns, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
+	target, err := netns.GetFromName(string(ns))
+	if err != nil {
+		return fmt.Errorf("enter %s: %w", ns, err)
+	}
+	defer target.Close()
+	return nsthread.Run(target, string(ns), fn)
 }
 
 // dial connects from inside the namespace; it is the Dial of every client this package makes,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -164,6 +165,26 @@ func slice(svc *v1.Service, family discovery.AddressType, eps []endpoint) *disco
 		})
 	}
 	return es
+}
+
+// threeReady is the scenario most of the matrix is: svc with one IPv4 slice of backends 1, 2
+// and 3, all ready, and check.
+func threeReady(name string, svc *v1.Service, check func(t *testing.T, l *lab.Lab, g *Gateway)) Scenario {
+	return Scenario{
+		Name:      name,
+		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
+		Check:     check,
+	}
+}
+
+// openHTTP opens a keep-alive HTTP connection from h to addr, or fails t.
+func openHTTP(t *testing.T, h *lab.Host, addr string) *lab.HTTPConn {
+	t.Helper()
+	c, err := h.OpenHTTP(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // manifests renders objects as one multi-document YAML file.

@@ -129,25 +129,21 @@ func ipvsTable() Scenario {
 func ipvsRoundRobin() Scenario {
 	svc := service("ipvs-rr", []string{"10.96.11.1"}, ipvsScheduler("rr"))
 	const n = 30
-	return Scenario{
-		Name:      "ipvs-rr-spreads-evenly",
-		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
-			byBackend, _ := tally(t, l.Client, "10.96.11.1:80", n)
-			t.Logf("rr, %d connections: %s", n, describe(byBackend))
-			for _, b := range l.Backends {
-				if byBackend[b.Name] != n/len(l.Backends) {
-					t.Errorf("rr: %s got %d of %d connections, want exactly %d: %s", b.Name, byBackend[b.Name], n, n/len(l.Backends), describe(byBackend))
-				}
+	return threeReady("ipvs-rr-spreads-evenly", svc, func(t *testing.T, l *lab.Lab, g *Gateway) {
+		byBackend, _ := tally(t, l.Client, "10.96.11.1:80", n)
+		t.Logf("rr, %d connections: %s", n, describe(byBackend))
+		for _, b := range l.Backends {
+			if byBackend[b.Name] != n/len(l.Backends) {
+				t.Errorf("rr: %s got %d of %d connections, want exactly %d: %s", b.Name, byBackend[b.Name], n, n/len(l.Backends), describe(byBackend))
 			}
-			e := settledStats(t, l, "TCP", "10.96.11.1:80", n)
-			for _, d := range e.Destinations {
-				if got := int(d.Stats.Connections); got != byBackend[backendOf(l, d.Addr)] {
-					t.Errorf("rr: kernel counts %d connections to %s, the backend answered %d", got, d.AddrPort(), byBackend[backendOf(l, d.Addr)])
-				}
+		}
+		e := settledStats(t, l, "TCP", "10.96.11.1:80", n)
+		for _, d := range e.Destinations {
+			if got := int(d.Stats.Connections); got != byBackend[backendOf(l, d.Addr)] {
+				t.Errorf("rr: kernel counts %d connections to %s, the backend answered %d", got, d.AddrPort(), byBackend[backendOf(l, d.Addr)])
 			}
-		},
-	}
+		}
+	})
 }
 
 // ipvsLeastConnection holds connections open and closes some: lc gives every new
@@ -156,87 +152,80 @@ func ipvsRoundRobin() Scenario {
 func ipvsLeastConnection() Scenario {
 	svc := service("ipvs-lc", []string{"10.96.11.2"}, ipvsScheduler("lc"))
 	const addr = "10.96.11.2:80"
-	return Scenario{
-		Name:      "ipvs-lc-prefers-fewer-active",
-		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
-			held := map[string][]*lab.HTTPConn{}
-			var order []string // the backend of each connection opened, in order
-			t.Cleanup(func() {
-				for _, cs := range held {
-					for _, c := range cs {
-						c.Close()
-					}
-				}
-			})
-			fewest := func() []string {
-				var out []string
-				least := -1
-				for _, b := range l.Backends {
-					switch n := len(held[b.Name]); {
-					case least < 0 || n < least:
-						out, least = []string{b.Name}, n
-					case n == least:
-						out = append(out, b.Name)
-					}
-				}
-				return out
-			}
-			open := func() {
-				t.Helper()
-				want := fewest()
-				c, err := l.Client.OpenHTTP(addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// One exchange: the connection is established in IPVS's eyes before the next.
-				r, err := c.Ask()
-				if err != nil {
+	return threeReady("ipvs-lc-prefers-fewer-active", svc, func(t *testing.T, l *lab.Lab, g *Gateway) {
+		held := map[string][]*lab.HTTPConn{}
+		var order []string // the backend of each connection opened, in order
+		t.Cleanup(func() {
+			for _, cs := range held {
+				for _, c := range cs {
 					c.Close()
-					t.Fatalf("held connection %d: %v", len(order)+1, err)
-				}
-				held[r.Backend] = append(held[r.Backend], c)
-				order = append(order, r.Backend)
-				if !slices.Contains(want, r.Backend) {
-					t.Errorf("connection %d went to %s; the fewest active connections were on %v (held: %s)", len(order), r.Backend, want, describeHeld(held))
 				}
 			}
-			closeOn := func(backend string) {
-				t.Helper()
-				cs := held[backend]
-				if err := cs[len(cs)-1].Reset(); err != nil {
-					t.Fatal(err)
+		})
+		fewest := func() []string {
+			var out []string
+			least := -1
+			for _, b := range l.Backends {
+				switch n := len(held[b.Name]); {
+				case least < 0 || n < least:
+					out, least = []string{b.Name}, n
+				case n == least:
+					out = append(out, b.Name)
 				}
-				held[backend] = cs[:len(cs)-1]
 			}
-			for range 3 {
-				open()
+			return out
+		}
+		open := func() {
+			t.Helper()
+			want := fewest()
+			c := openHTTP(t, l.Client, addr)
+			// One exchange: the connection is established in IPVS's eyes before the next.
+			r, err := c.Ask()
+			if err != nil {
+				c.Close()
+				t.Fatalf("held connection %d: %v", len(order)+1, err)
 			}
-			// The second backend's connection ends: it alone has none now. rr would go on
-			// to the first backend.
-			closeOn(order[1])
+			held[r.Backend] = append(held[r.Backend], c)
+			order = append(order, r.Backend)
+			if !slices.Contains(want, r.Backend) {
+				t.Errorf("connection %d went to %s; the fewest active connections were on %v (held: %s)", len(order), r.Backend, want, describeHeld(held))
+			}
+		}
+		closeOn := func(backend string) {
+			t.Helper()
+			cs := held[backend]
+			if err := cs[len(cs)-1].Reset(); err != nil {
+				t.Fatal(err)
+			}
+			held[backend] = cs[:len(cs)-1]
+		}
+		for range 3 {
 			open()
-			if order[3] != order[1] {
-				t.Errorf("after the connection on %s ended, the next went to %s", order[1], order[3])
+		}
+		// The second backend's connection ends: it alone has none now. rr would go on
+		// to the first backend.
+		closeOn(order[1])
+		open()
+		if order[3] != order[1] {
+			t.Errorf("after the connection on %s ended, the next went to %s", order[1], order[3])
+		}
+		closeOn(order[0])
+		closeOn(order[2])
+		open()
+		open()
+		t.Logf("lc: connections went to %v; held now: %s", order, describeHeld(held))
+		eventually(t, 5*time.Second, "the kernel's active connections match those held", func() (bool, string) {
+			e := virtualServer(t, l, "TCP", addr)
+			var got []string
+			ok := true
+			for _, d := range e.Destinations {
+				b := backendOf(l, d.Addr)
+				got = append(got, fmt.Sprintf("%s=%d/%d", b, d.ActiveConns, d.InactiveConns))
+				ok = ok && d.ActiveConns == len(held[b])
 			}
-			closeOn(order[0])
-			closeOn(order[2])
-			open()
-			open()
-			t.Logf("lc: connections went to %v; held now: %s", order, describeHeld(held))
-			eventually(t, 5*time.Second, "the kernel's active connections match those held", func() (bool, string) {
-				e := virtualServer(t, l, "TCP", addr)
-				var got []string
-				ok := true
-				for _, d := range e.Destinations {
-					b := backendOf(l, d.Addr)
-					got = append(got, fmt.Sprintf("%s=%d/%d", b, d.ActiveConns, d.InactiveConns))
-					ok = ok && d.ActiveConns == len(held[b])
-				}
-				return ok, "ActiveConn/InActConn " + strings.Join(got, " ") + "; held " + describeHeld(held)
-			})
-		},
-	}
+			return ok, "ActiveConn/InActConn " + strings.Join(got, " ") + "; held " + describeHeld(held)
+		})
+	})
 }
 
 func describeHeld(held map[string][]*lab.HTTPConn) string {
@@ -252,40 +241,36 @@ func describeHeld(held map[string][]*lab.HTTPConn) string {
 func ipvsSourceHashing() Scenario {
 	svc := service("ipvs-sh", []string{"10.96.11.3"}, ipvsScheduler("sh"))
 	const perSource = 4
-	return Scenario{
-		Name:      "ipvs-sh-pins-each-source",
-		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
-			sources := []netip.Addr{l.Client.IPv4}
-			for i := 21; i <= 28; i++ {
-				sources = append(sources, netip.AddrFrom4([4]byte{10, 200, 1, byte(i)}))
-			}
-			addSourceAddrs(t, l.Client, sources[1:])
-			pinned := map[string]int{}
-			var lines []string
-			for _, src := range sources {
-				seen := map[string]int{}
-				for i := range perSource {
-					r := l.Client.ProbeFrom(src, "10.96.11.3:80")
-					if r.Outcome != lab.Answered || r.Reply.Source != src {
-						t.Fatalf("from %s, probe %d: %v (want answered, seeing %s)", src, i+1, r, src)
-					}
-					seen[r.Reply.Backend]++
+	return threeReady("ipvs-sh-pins-each-source", svc, func(t *testing.T, l *lab.Lab, g *Gateway) {
+		sources := []netip.Addr{l.Client.IPv4}
+		for i := 21; i <= 28; i++ {
+			sources = append(sources, netip.AddrFrom4([4]byte{10, 200, 1, byte(i)}))
+		}
+		addSourceAddrs(t, l.Client, sources[1:])
+		pinned := map[string]int{}
+		var lines []string
+		for _, src := range sources {
+			seen := map[string]int{}
+			for i := range perSource {
+				r := l.Client.ProbeFrom(src, "10.96.11.3:80")
+				if r.Outcome != lab.Answered || r.Reply.Source != src {
+					t.Fatalf("from %s, probe %d: %v (want answered, seeing %s)", src, i+1, r, src)
 				}
-				if len(seen) != 1 {
-					t.Errorf("sh: %d connections from %s went to %s; want one backend", perSource, src, describe(seen))
-				}
-				for b := range seen {
-					pinned[b]++
-					lines = append(lines, fmt.Sprintf("%s->%s", src, b))
-				}
+				seen[r.Reply.Backend]++
 			}
-			t.Logf("sh: %s", strings.Join(lines, " "))
-			if len(pinned) < 2 {
-				t.Errorf("sh: all %d sources hash to %v: the scheduler does not look at the source", len(sources), pinned)
+			if len(seen) != 1 {
+				t.Errorf("sh: %d connections from %s went to %s; want one backend", perSource, src, describe(seen))
 			}
-		},
-	}
+			for b := range seen {
+				pinned[b]++
+				lines = append(lines, fmt.Sprintf("%s->%s", src, b))
+			}
+		}
+		t.Logf("sh: %s", strings.Join(lines, " "))
+		if len(pinned) < 2 {
+			t.Errorf("sh: all %d sources hash to %v: the scheduler does not look at the source", len(sources), pinned)
+		}
+	})
 }
 
 // addSourceAddrs adds addresses to h's eth0 for the test's duration.
@@ -398,69 +383,62 @@ func checkCounter(t *testing.T, what string, got, low, high int64) {
 func ipvsTerminatingDrains() Scenario {
 	svc := service("ipvs-drain", []string{"10.96.11.6"})
 	const name, addr = "ipvs-terminating-endpoint-drains", "10.96.11.6:80"
-	return Scenario{
-		Name:      name,
-		Manifests: manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))),
-		Check: func(t *testing.T, l *lab.Lab, g *Gateway) {
-			conn, err := l.Client.OpenHTTP(addr)
-			if err != nil {
-				t.Fatal(err)
+	return threeReady(name, svc, func(t *testing.T, l *lab.Lab, g *Gateway) {
+		conn := openHTTP(t, l.Client, addr)
+		defer conn.Close()
+		first, err := conn.Ask()
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := first.Backend
+		xi := slices.IndexFunc(l.Backends, func(h *lab.Host) bool { return h.Name == x })
+		var eps []endpoint
+		for i := 1; i <= 3; i++ {
+			if i == xi+1 {
+				eps = append(eps, endpoint{backend: i, terminating: true, node: fmt.Sprintf("worker-%d", i)})
+			} else {
+				eps = append(eps, ready(i)...)
 			}
-			defer conn.Close()
-			first, err := conn.Ask()
-			if err != nil {
-				t.Fatal(err)
+		}
+		t.Logf("held connection is on %s; marking it terminating", x)
+		g.Manifests.Write(t, name, manifests(svc, slice(svc, discovery.AddressTypeIPv4, eps)))
+		xAddr := netip.AddrPortFrom(l.Backends[xi].IPv4, lab.BackendTCPPort)
+		eventually(t, 10*time.Second, x+" at weight 0 with its connection", func() (bool, string) {
+			d, ok := destination(virtualServer(t, l, "TCP", addr), xAddr)
+			return ok && d.Weight == 0 && d.ActiveConns == 1, fmt.Sprintf("%+v (present %v)", d, ok)
+		})
+		t.Logf("draining:\n%s", ipvs.Format([]ipvs.Entry{virtualServer(t, l, "TCP", addr)}, false))
+		for i := range 3 {
+			r, err := conn.Ask()
+			if err != nil || r.Backend != x {
+				t.Fatalf("held connection, request %d after %s began terminating: %v %v", i+2, x, r, err)
 			}
-			x := first.Backend
-			xi := slices.IndexFunc(l.Backends, func(h *lab.Host) bool { return h.Name == x })
-			var eps []endpoint
-			for i := 1; i <= 3; i++ {
-				if i == xi+1 {
-					eps = append(eps, endpoint{backend: i, terminating: true, node: fmt.Sprintf("worker-%d", i)})
-				} else {
-					eps = append(eps, ready(i)...)
+		}
+		byBackend, _ := tally(t, l.Client, addr, 12)
+		if byBackend[x] != 0 {
+			t.Errorf("new connections reached the terminating %s: %s", x, describe(byBackend))
+		}
+		if err := conn.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		// A reset connection stays in IPVS's table for its CLOSE timeout (10s) before
+		// the real server counts none; the daemon then removes it at its next sync.
+		start := time.Now()
+		deadline := start.Add(30 * time.Second)
+		for {
+			e := virtualServer(t, l, "TCP", addr)
+			d, ok := destination(e, xAddr)
+			if !ok {
+				if len(e.Destinations) != 2 {
+					t.Errorf("after the drain: %s", ipvs.Format([]ipvs.Entry{e}, false))
 				}
+				break
 			}
-			t.Logf("held connection is on %s; marking it terminating", x)
-			g.Manifests.Write(t, name, manifests(svc, slice(svc, discovery.AddressTypeIPv4, eps)))
-			xAddr := netip.AddrPortFrom(l.Backends[xi].IPv4, lab.BackendTCPPort)
-			eventually(t, 10*time.Second, x+" at weight 0 with its connection", func() (bool, string) {
-				d, ok := destination(virtualServer(t, l, "TCP", addr), xAddr)
-				return ok && d.Weight == 0 && d.ActiveConns == 1, fmt.Sprintf("%+v (present %v)", d, ok)
-			})
-			t.Logf("draining:\n%s", ipvs.Format([]ipvs.Entry{virtualServer(t, l, "TCP", addr)}, false))
-			for i := range 3 {
-				r, err := conn.Ask()
-				if err != nil || r.Backend != x {
-					t.Fatalf("held connection, request %d after %s began terminating: %v %v", i+2, x, r, err)
-				}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still a real server 30s after its last connection was reset: %+v", x, d)
 			}
-			byBackend, _ := tally(t, l.Client, addr, 12)
-			if byBackend[x] != 0 {
-				t.Errorf("new connections reached the terminating %s: %s", x, describe(byBackend))
-			}
-			if err := conn.Reset(); err != nil {
-				t.Fatal(err)
-			}
-			// A reset connection stays in IPVS's table for its CLOSE timeout (10s) before
-			// the real server counts none; the daemon then removes it at its next sync.
-			start := time.Now()
-			deadline := start.Add(30 * time.Second)
-			for {
-				e := virtualServer(t, l, "TCP", addr)
-				d, ok := destination(e, xAddr)
-				if !ok {
-					if len(e.Destinations) != 2 {
-						t.Errorf("after the drain: %s", ipvs.Format([]ipvs.Entry{e}, false))
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s still a real server 30s after its last connection was reset: %+v", x, d)
-				}
-				time.Sleep(250 * time.Millisecond)
-			}
-			t.Logf("%s removed %v after its last connection was reset", x, time.Since(start).Round(100*time.Millisecond))
-		},
-	}
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Logf("%s removed %v after its last connection was reset", x, time.Since(start).Round(100*time.Millisecond))
+	})
 }

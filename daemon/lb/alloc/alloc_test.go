@@ -39,15 +39,7 @@ func TestAllocator(t *testing.T) {
 	g := e.gateway(t, "gw-a")
 	// The gateway's pools watcher, shared with the allocator as the daemon shares it with the
 	// announcer.
-	w := alloc.NewWatcher(g, alloc.WatcherOptions{Log: testLogger(t).With("gateway", g.name, "component", "pools")})
-	wctx, stopWatcher := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			t.Errorf("pools watcher: %v", err)
-		}
-	})
-	t.Cleanup(func() { stopWatcher(); wg.Wait() })
+	w := startWatcher(t, g, testLogger(t).With("gateway", g.name, "component", "pools"))
 	a := startAllocator(t, g, alloc.Options{Pools: w})
 	waitFor(t, "gw-a to lead", 30*time.Second, a.Leading)
 	const wantPools = "site: 192.0.2.0/30,2001:db8:1b::/127 on eth0"
@@ -321,15 +313,7 @@ func TestPoolsConfigMapLifecycle(t *testing.T) {
 	e.waitIngress(t, "migrated", "192.0.2.3/VIP")
 	e.create(t, lbService("fresh"))
 
-	w := alloc.NewWatcher(g, alloc.WatcherOptions{Log: testLogger(t).With("component", "pools")})
-	wctx, stopWatcher := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			t.Errorf("pools watcher: %v", err)
-		}
-	})
-	t.Cleanup(func() { stopWatcher(); wg.Wait() })
+	w := startWatcher(t, g, testLogger(t).With("component", "pools"))
 	a := startAllocator(t, g, alloc.Options{Pools: w})
 	waitFor(t, "gw-a to lead", 30*time.Second, a.Leading)
 	waitFor(t, "the watcher to have looked for the ConfigMap", 30*time.Second, func() bool { return w.State().Synced })

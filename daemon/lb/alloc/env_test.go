@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/lb/alloc"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
 	"github.com/edgegate/edgegate/lab/cluster"
@@ -64,11 +64,7 @@ func newEnv(t *testing.T, poolsDoc string) *env {
 	}); !apierrors.IsForbidden(err) {
 		t.Fatalf("before deploy/rbac.yaml the gateway may list the pools ConfigMap (err %v)", err)
 	}
-	created, err := cluster.ApplyFile(t.Context(), e.admin, "../../../deploy/rbac.yaml")
-	if err != nil {
-		t.Fatalf("apply deploy/rbac.yaml: %v", err)
-	}
-	t.Logf("applied deploy/rbac.yaml: %s", strings.Join(created, ", "))
+	clustertest.ApplyFile(t, e.admin, "../../../deploy/rbac.yaml")
 	e.waitRBAC(t)
 	if _, err := e.admin.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -100,14 +96,7 @@ func (e *env) waitRBAC(t *testing.T) {
 // allowed asks the API server whether the gateway's identity may do a.
 func (e *env) allowed(t *testing.T, a authzv1.ResourceAttributes) (bool, string) {
 	t.Helper()
-	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-		User: cluster.DefaultGatewayUser, Groups: []string{gatewayGroup, "system:authenticated"}, ResourceAttributes: &a,
-	}}
-	got, err := e.admin.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got.Status.Allowed, got.Status.Reason
+	return clustertest.GatewayAllowed(t, e.admin, gatewayGroup, a)
 }
 
 // writePools creates or replaces the pools ConfigMap.
@@ -151,7 +140,7 @@ func (e *env) gateway(t *testing.T, name string) *gw {
 			if g.cut.Load() {
 				return nil, errCut
 			}
-			a, isResource := attributes(req)
+			a, isResource := clustertest.Attributes(req)
 			resp, err := rt.RoundTrip(req)
 			if err != nil || !isResource {
 				return resp, err
@@ -184,57 +173,6 @@ func (e *env) gateway(t *testing.T, name string) *gw {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// attributes turns a request into what RBAC authorizes, names included (deploy/rbac.yaml's
-// kube-system Role grants by name): the path's name, or a list's or watch's metadata.name
-// field selector, as the API server reads it.
-func attributes(req *http.Request) (authzv1.ResourceAttributes, bool) {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	var a authzv1.ResourceAttributes
-	switch {
-	case len(parts) >= 3 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 4 && parts[0] == "apis":
-		a.Group, parts = parts[1], parts[3:]
-	default:
-		return a, false
-	}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		a.Namespace, parts = parts[1], parts[2:]
-	}
-	a.Resource = parts[0]
-	if len(parts) >= 2 {
-		a.Name = parts[1]
-	}
-	if len(parts) >= 3 {
-		a.Subresource = parts[2]
-	}
-	q := req.URL.Query()
-	switch {
-	case req.Method == http.MethodGet && q.Get("watch") == "true":
-		a.Verb = "watch"
-	case req.Method == http.MethodGet && a.Name != "":
-		a.Verb = "get"
-	case req.Method == http.MethodGet:
-		a.Verb = "list"
-	case req.Method == http.MethodPost:
-		a.Verb = "create"
-	case req.Method == http.MethodPut:
-		a.Verb = "update"
-	case req.Method == http.MethodPatch:
-		a.Verb = "patch"
-	case req.Method == http.MethodDelete:
-		a.Verb = "delete"
-	}
-	if a.Name == "" && (a.Verb == "list" || a.Verb == "watch") {
-		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); err == nil {
-			if name, ok := sel.RequiresExactMatch("metadata.name"); ok {
-				a.Name = name
-			}
-		}
-	}
-	return a, true
-}
 
 // writesTo is how many status writes of this gateway reached svc.
 func (g *gw) writesTo(svc string) int {
@@ -294,47 +232,25 @@ func (e *env) checkRBAC(t *testing.T, gws ...*gw) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, within, 50*time.Millisecond, cond)
 }
 
 // testLogger logs into the test's output (shown with -v or on failure) until the test's
 // cleanup ends; client-go may still log from a goroutine after that, which is dropped.
-func testLogger(t *testing.T) *slog.Logger {
-	l := &testLog{w: t.Output()}
-	t.Cleanup(func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.done = true
-	})
-	return slog.New(slog.NewTextHandler(l, nil))
-}
-
-type testLog struct {
-	mu   sync.Mutex
-	w    io.Writer
-	done bool
-}
-
-func (l *testLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done {
-		return len(p), nil
-	}
-	return l.w.Write(p)
-}
+func testLogger(t *testing.T) *slog.Logger { return testkit.Logger(t, nil) }
 
 // allocator is a running Controller.
 type allocator struct {
 	*alloc.Controller
 	stop context.CancelFunc
 	done chan struct{}
+}
+
+// startWatcher runs g's pools watcher until the test ends.
+func startWatcher(t *testing.T, g *gw, log *slog.Logger) *alloc.Watcher {
+	w := alloc.NewWatcher(g, alloc.WatcherOptions{Log: log})
+	testkit.GoErr(t, "pools watcher", w.Run)
+	return w
 }
 
 func startAllocator(t *testing.T, g *gw, o alloc.Options) *allocator {

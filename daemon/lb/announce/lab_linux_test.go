@@ -1,7 +1,6 @@
 package announce
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -11,11 +10,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -200,14 +199,7 @@ func announcer(t *testing.T, h *host, retry time.Duration) *Announcer {
 	if retry > 0 {
 		a.retryEvery = retry
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	testkit.GoErr(t, "Run", a.Run)
 	return a
 }
 

@@ -89,20 +89,7 @@ func (a *Announcer) serveARP(l *link, c l2.ARPConn) {
 // answerARP replies to req if its target is owned on l. The lock is held across the
 // check and the write, so once Set has dropped an address no reply for it leaves.
 func (a *Announcer) answerARP(l *link, c l2.ARPConn, req l2.ARP) {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	if !l.owned[req.TargetIP] {
-		return
-	}
-	reply, to, ok := arpAnswer(req, l.mac)
-	if !ok {
-		return
-	}
-	if err := c.Write(reply, to); err != nil {
-		a.log.Warn("ARP reply failed", "addr", req.TargetIP, "interface", l.name, "to", to, "err", err)
-		return
-	}
-	a.addrs[req.TargetIP].answered.Add(1)
+	answer(a, l, req.TargetIP, "ARP reply", c.Write, func() (l2.ARP, l2.MAC, bool) { return arpAnswer(req, l.mac) })
 }
 
 // serveNDP answers the Neighbor Solicitations that reach l's IPv6 socket until it is
@@ -122,20 +109,27 @@ func (a *Announcer) serveNDP(l *link, c l2.NDPConn) {
 
 // answerNDP advertises s's target if it is owned on l, under the same lock as answerARP.
 func (a *Announcer) answerNDP(l *link, c l2.NDPConn, s l2.Solicitation, from l2.MAC) {
+	answer(a, l, s.Target, "neighbor advertisement", c.Write, func() (l2.Advertisement, l2.MAC, bool) { return ndpAnswer(s, from, l.mac) })
+}
+
+// answer writes the answer that build makes (when it makes one) to a request for target,
+// if target is owned on l, and counts it; what names the answer in the log. It holds a.mu
+// for reading across the check and the write.
+func answer[P any](a *Announcer, l *link, target netip.Addr, what string, write func(P, l2.MAC) error, build func() (P, l2.MAC, bool)) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	if !l.owned[s.Target] {
+	if !l.owned[target] {
 		return
 	}
-	na, to, ok := ndpAnswer(s, from, l.mac)
+	reply, to, ok := build()
 	if !ok {
 		return
 	}
-	if err := c.Write(na, to); err != nil {
-		a.log.Warn("neighbor advertisement failed", "addr", s.Target, "interface", l.name, "to", to, "err", err)
+	if err := write(reply, to); err != nil {
+		a.log.Warn(what+" failed", "addr", target, "interface", l.name, "to", to, "err", err)
 		return
 	}
-	a.addrs[s.Target].answered.Add(1)
+	a.addrs[target].answered.Add(1)
 }
 
 // announce sends one round of announcements of addr on l: gratuitous ARP (both forms)

@@ -146,6 +146,14 @@ func (r *renewing) tick(now time.Time) {
 	}
 }
 
+// run steps the segment n times, each after a tick of the Leases.
+func (r *renewing) run(s *simSegment, n int) {
+	for range n {
+		r.tick(s.now)
+		s.step()
+	}
+}
+
 func (r *renewing) view(name string) (time.Time, bool) { t, ok := r.seen[name]; return t, ok }
 
 // oneWaySegment: gw-a and gw-p share the addresses; then gw-a restarts while gw-p no longer
@@ -158,10 +166,7 @@ func oneWaySegment(t *testing.T, renewA bool) (*simSegment, *renewing) {
 	s.start("gw-p", 1)
 	s.link("gw-a", "gw-p", true)
 	s.link("gw-p", "gw-a", true)
-	for range 20 {
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 20)
 	s.answeredOnce("two-way, settled")
 	if len(s.owned("gw-a")) == 0 || len(s.owned("gw-p")) == 0 {
 		t.Fatalf("two-way: gw-a answers %d, gw-p %d addresses, want both some", len(s.owned("gw-a")), len(s.owned("gw-p")))
@@ -179,10 +184,7 @@ func oneWaySegment(t *testing.T, renewA bool) (*simSegment, *renewing) {
 // yields without hearing it (Heartbeat.Unheard). No address is ever answered twice.
 func TestOneWayPartitionTakenForAlive(t *testing.T) {
 	s, r := oneWaySegment(t, true)
-	for range 150 { // 15 s: gw-a's Lease is seen renewed after it fell silent
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 150) // 15 s: gw-a's Lease is seen renewed after it fell silent
 	s.answeredOnce("one-way, gw-a alive by its Lease")
 	if st := s.gws["gw-p"].v.Peers(s.now, s.leases); len(st) != 1 || st[0].State != "partitioned" {
 		t.Errorf("gw-p sees %+v, want gw-a partitioned", st)
@@ -197,10 +199,7 @@ func TestOneWayPartitionTakenForAlive(t *testing.T) {
 	// gw-a's Lease stops being renewed (it lost the API): gw-p takes gw-a's addresses
 	// back, and gw-a, hearing gw-p no longer yield, lets them go first.
 	r.renew["gw-a"] = false
-	for range 400 {
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 400)
 	s.answeredOnce("one-way, gw-a's Lease stale")
 	if len(s.owned("gw-a")) != 0 {
 		t.Errorf("gw-a answers %d addresses after gw-p took it for gone", len(s.owned("gw-a")))
@@ -208,10 +207,7 @@ func TestOneWayPartitionTakenForAlive(t *testing.T) {
 
 	// Renewed again: gw-p yields again, gw-a claims again.
 	r.renew["gw-a"] = true
-	for range 150 {
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 150)
 	s.answeredOnce("one-way, gw-a's Lease renewed again")
 	if len(s.owned("gw-a")) == 0 {
 		t.Error("gw-a answers nothing once gw-p yields to it again")
@@ -219,10 +215,7 @@ func TestOneWayPartitionTakenForAlive(t *testing.T) {
 
 	// The segment heals: gw-p hears gw-a again and confirms it as any live peer.
 	s.link("gw-p", "gw-a", true)
-	for range 20 {
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 20)
 	s.answeredOnce("healed")
 	if len(s.owned("gw-a")) == 0 || len(s.gws["gw-p"].last.Unheard) != 0 {
 		t.Errorf("healed: gw-a answers %d addresses, gw-p says unheard %v", len(s.owned("gw-a")), s.gws["gw-p"].last.Unheard)
@@ -239,10 +232,7 @@ func TestOneWayPartitionTakenForDead(t *testing.T) {
 			if !cluster {
 				s.leases = nil
 			}
-			for range 400 {
-				r.tick(s.now)
-				s.step()
-			}
+			r.run(s, 400)
 			s.answeredOnce("one-way, gw-a taken for dead")
 			if n := len(s.owned("gw-a")); n != 0 {
 				t.Errorf("gw-a answers %d addresses while gw-p answers them all", n)
@@ -264,10 +254,7 @@ func TestTwoWayHandoverWaitsForConfirmation(t *testing.T) {
 	s.leases = r.view
 	s.start("gw-p", 1)
 	s.link("gw-p", "gw-a", true)
-	for range 10 {
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 10)
 	s.start("gw-a", 1)
 	s.link("gw-a", "gw-p", true)
 	s.gws["gw-p"].frozen = true // its announcer keeps answering everything
@@ -286,10 +273,7 @@ func TestTwoWayHandoverWaitsForConfirmation(t *testing.T) {
 		t.Errorf("gw-a answers %d addresses before gw-p confirmed", n)
 	}
 	s.gws["gw-p"].frozen = false
-	for range 5 {
-		r.tick(s.now)
-		s.step()
-	}
+	r.run(s, 5)
 	s.answeredOnce("gw-p applied")
 	if len(s.owned("gw-a")) == 0 {
 		t.Error("gw-a answers nothing once gw-p confirmed")

@@ -60,15 +60,21 @@ func (tg *testGateway) wantRejected(t *testing.T, want map[string]int) {
 
 var siteKey = []byte("0123456789abcdef0123456789abcdef")
 
+// twoGateways starts gw-a and gw-b on the site key, their marks files in dir.
+func twoGateways(t *testing.T, now *time.Time) (dir string, a, b *testGateway) {
+	dir = t.TempDir()
+	a = newTestGateway(t, "gw-a", filepath.Join(dir, "a"), siteKey, now)
+	b = newTestGateway(t, "gw-b", filepath.Join(dir, "b"), siteKey, now)
+	return dir, a, b
+}
+
 // TestHeardRefusesForgedReplayedStale: a gateway takes its peer's heartbeats and refuses,
 // counts and logs (naming the sender's address) forged ones (no MAC, another key, a signed
 // non-heartbeat), replayed ones and stale ones (an incarnation before the peer's restart);
 // none of them adds a peer, and forgetting the peer does not forget its mark.
 func TestHeardRefusesForgedReplayedStale(t *testing.T) {
 	now := t0
-	dir := t.TempDir()
-	a := newTestGateway(t, "gw-a", filepath.Join(dir, "a"), siteKey, &now)
-	b := newTestGateway(t, "gw-b", filepath.Join(dir, "b"), siteKey, &now)
+	dir, a, b := twoGateways(t, &now)
 	first := a.next()
 	b.hear(first, "10.0.0.1")
 	second := a.next()
@@ -115,9 +121,7 @@ func TestHeardRefusesForgedReplayedStale(t *testing.T) {
 // the peer in its heartbeat, and the peer starts a new incarnation, which it takes.
 func TestReceiverRestartAsksForANewIncarnation(t *testing.T) {
 	now := t0
-	dir := t.TempDir()
-	a := newTestGateway(t, "gw-a", filepath.Join(dir, "a"), siteKey, &now)
-	b := newTestGateway(t, "gw-b", filepath.Join(dir, "b"), siteKey, &now)
+	dir, a, b := twoGateways(t, &now)
 	captured := a.next()
 	b.hear(captured, "10.0.0.1")
 

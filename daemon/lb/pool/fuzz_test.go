@@ -49,13 +49,7 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
-		again, err := Parse(ps.Marshal())
-		if err != nil {
-			t.Fatalf("Parse(Marshal()) = %v\n%s", err, ps.Marshal())
-		}
-		if !again.Equal(ps) {
-			t.Fatalf("Marshal does not round-trip:\n%s", ps.Marshal())
-		}
+		roundTrips(t, ps)
 	})
 }
 

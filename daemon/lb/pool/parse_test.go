@@ -88,12 +88,18 @@ pools:
 	if got, want := ps.String(), `expensive: 203.0.113.7/32,203.0.113.64/31,2001:db8:ff::1/128 on eth1,bond0.100 (requested only); site-a: 192.0.2.0/28,198.51.100.10-198.51.100.20,2001:db8:1b::/120 on eth0`; got != want {
 		t.Errorf("String() =\n%s\nwant\n%s", got, want)
 	}
+	roundTrips(t, ps)
+}
+
+// roundTrips fails t unless ps parses back from its Marshal into an equal set.
+func roundTrips(t *testing.T, ps Pools) {
+	t.Helper()
 	again, err := Parse(ps.Marshal())
 	if err != nil {
 		t.Fatalf("Parse(Marshal()): %v\n%s", err, ps.Marshal())
 	}
 	if !again.Equal(ps) {
-		t.Errorf("Marshal does not round-trip:\n%s", ps.Marshal())
+		t.Fatalf("Marshal does not round-trip:\n%s", ps.Marshal())
 	}
 }
 

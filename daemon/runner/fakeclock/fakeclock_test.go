@@ -3,9 +3,21 @@ package fakeclock
 import (
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/daemon/runner"
 )
 
 var t0 = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// fired reports whether tm has fired, and with what time, without waiting.
+func fired(tm runner.Timer) (time.Time, bool) {
+	select {
+	case got := <-tm.C():
+		return got, true
+	default:
+		return time.Time{}, false
+	}
+}
 
 func TestTimerFiresOnlyWhenDue(t *testing.T) {
 	c := New(t0)
@@ -14,19 +26,14 @@ func TestTimerFiresOnlyWhenDue(t *testing.T) {
 		t.Fatal("timer not registered")
 	}
 	c.Advance(time.Second)
-	select {
-	case <-tm.C():
+	if _, ok := fired(tm); ok {
 		t.Fatal("timer fired 1s early")
-	default:
 	}
 	c.Advance(time.Second)
-	select {
-	case got := <-tm.C():
-		if !got.Equal(t0.Add(2 * time.Second)) {
-			t.Fatalf("fired with %v", got)
-		}
-	default:
+	if got, ok := fired(tm); !ok {
 		t.Fatal("timer did not fire when due")
+	} else if !got.Equal(t0.Add(2 * time.Second)) {
+		t.Fatalf("fired with %v", got)
 	}
 	if tm.Stop() {
 		t.Fatal("Stop reported a fired timer as pending")
@@ -47,18 +54,14 @@ func TestStopRemovesTimer(t *testing.T) {
 		t.Fatal("stopped timer still listed")
 	}
 	c.Advance(time.Hour)
-	select {
-	case <-a.C():
+	if _, ok := fired(a); ok {
 		t.Fatal("stopped timer fired")
-	default:
 	}
 }
 
 func TestZeroDurationFiresAtOnce(t *testing.T) {
 	c := New(t0)
-	select {
-	case <-c.NewTimer(0).C():
-	default:
+	if _, ok := fired(c.NewTimer(0)); !ok {
 		t.Fatal("zero timer did not fire")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 )
 
@@ -52,13 +53,7 @@ func startWriter(t *testing.T, src *source, settle, minInterval time.Duration, f
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, 5*time.Second, 5*time.Millisecond, cond)
 }
 
 func services(f *File) int {

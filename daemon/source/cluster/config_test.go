@@ -10,10 +10,8 @@ import (
 
 func TestRESTConfigFromToken(t *testing.T) {
 	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	ca := filepath.Join(dir, "ca.crt")
-	writeFile(t, token, []byte("abcdef.0123456789abcdef\n"))
-	writeFile(t, ca, []byte("-----BEGIN CERTIFICATE-----\n"))
+	token := writeFile(t, dir, "token", "abcdef.0123456789abcdef\n")
+	ca := writeFile(t, dir, "ca.crt", "-----BEGIN CERTIFICATE-----\n")
 	rc, err := Config{APIServer: "https://10.0.0.1:6443", TokenFile: token, CAFile: ca, QPS: 20}.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -30,8 +28,7 @@ func TestRESTConfigFromToken(t *testing.T) {
 }
 
 func TestRESTConfigFromKubeconfig(t *testing.T) {
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	writeFile(t, kc, []byte(`apiVersion: v1
+	kc := writeFile(t, t.TempDir(), "kubeconfig", `apiVersion: v1
 kind: Config
 clusters:
 - name: c
@@ -43,7 +40,7 @@ contexts:
 - name: x
   context: {cluster: c, user: u}
 current-context: x
-`))
+`)
 	rc, err := Config{Kubeconfig: kc, UserAgent: "edgegate/1.2"}.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -62,10 +59,8 @@ current-context: x
 
 func TestRESTConfigErrors(t *testing.T) {
 	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	empty := filepath.Join(dir, "empty")
-	writeFile(t, token, []byte("abcdef.0123456789abcdef"))
-	writeFile(t, empty, []byte("\n"))
+	token := writeFile(t, dir, "token", "abcdef.0123456789abcdef")
+	empty := writeFile(t, dir, "empty", "\n")
 	cases := map[string]struct {
 		cfg  Config
 		want string
@@ -91,9 +86,12 @@ func TestRESTConfigErrors(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, path string, data []byte) {
+// writeFile writes data to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, data string) string {
 	t.Helper()
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
 }

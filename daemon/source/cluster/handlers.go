@@ -9,36 +9,26 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-func (s *Source) upsertService(o any) {
-	svc, ok := o.(*v1.Service)
-	if !ok {
-		return
+func (s *Source) upsertService(o any) { upsert(s, o, s.sink.UpsertService) }
+func (s *Source) deleteService(o any) { remove[*v1.Service](s, o, s.sink.DeleteService) }
+func (s *Source) upsertSlice(o any)   { upsert(s, o, s.sink.UpsertSlice) }
+func (s *Source) deleteSlice(o any)   { remove[*discovery.EndpointSlice](s, o, s.sink.DeleteSlice) }
+
+// upsert feeds an added or updated object to the sink's apply, when it is a T.
+func upsert[T any](s *Source, o any, apply func(T)) {
+	if t, ok := o.(T); ok {
+		s.feed(func() { apply(t) })
 	}
-	s.feed(func() { s.sink.UpsertService(svc) })
 }
 
-func (s *Source) deleteService(o any) {
-	ns, name, ok := deleted[*v1.Service](o)
-	if !ok {
-		return
+// remove feeds a deleted T (or its tombstone) to the sink's apply.
+func remove[T interface {
+	GetNamespace() string
+	GetName() string
+}](s *Source, o any, apply func(ns, name string)) {
+	if ns, name, ok := deleted[T](o); ok {
+		s.feed(func() { apply(ns, name) })
 	}
-	s.feed(func() { s.sink.DeleteService(ns, name) })
-}
-
-func (s *Source) upsertSlice(o any) {
-	eps, ok := o.(*discovery.EndpointSlice)
-	if !ok {
-		return
-	}
-	s.feed(func() { s.sink.UpsertSlice(eps) })
-}
-
-func (s *Source) deleteSlice(o any) {
-	ns, name, ok := deleted[*discovery.EndpointSlice](o)
-	if !ok {
-		return
-	}
-	s.feed(func() { s.sink.DeleteSlice(ns, name) })
 }
 
 // feed applies one event to the sink once live; before, goLive picks it up from the store.

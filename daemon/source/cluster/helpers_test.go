@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/source/cache"
 )
 
@@ -34,29 +34,26 @@ func newSink() *recordingSink {
 	return &recordingSink{svcs: map[string]*v1.Service{}, eps: map[string]*discovery.EndpointSlice{}}
 }
 
-func (r *recordingSink) UpsertService(s *v1.Service) {
+// locked runs f with the sink's lock held.
+func (r *recordingSink) locked(f func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.svcs[s.Namespace+"/"+s.Name] = s
+	f()
+}
+
+func (r *recordingSink) UpsertService(s *v1.Service) {
+	r.locked(func() { r.svcs[s.Namespace+"/"+s.Name] = s })
 }
 
 func (r *recordingSink) DeleteService(ns, name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.svcs, ns+"/"+name)
+	r.locked(func() { delete(r.svcs, ns+"/"+name) })
 }
 
 func (r *recordingSink) UpsertSlice(s *discovery.EndpointSlice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.eps[s.Namespace+"/"+s.Name] = s
+	r.locked(func() { r.eps[s.Namespace+"/"+s.Name] = s })
 }
 
-func (r *recordingSink) DeleteSlice(ns, name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.eps, ns+"/"+name)
-}
+func (r *recordingSink) DeleteSlice(ns, name string) { r.locked(func() { delete(r.eps, ns+"/"+name) }) }
 
 func (r *recordingSink) Replace(svcs []*v1.Service, eps []*discovery.EndpointSlice) {
 	r.mu.Lock()
@@ -141,10 +138,7 @@ func start(t *testing.T, client *fake.Clientset, opts Options, tune func(*Source
 		tune(src)
 	}
 	st.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); src.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testkit.Go(t, src.Run)
 	return st
 }
 
@@ -183,13 +177,7 @@ func fastWriter(s *Source) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, 10*time.Second, 10*time.Millisecond, cond)
 }
 
 func waitReady(t *testing.T, s *Source) {

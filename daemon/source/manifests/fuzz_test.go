@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/edgegate/edgegate/daemon/model"
 )
@@ -41,24 +42,14 @@ func FuzzDecode(f *testing.F) {
 			if e.slice == nil {
 				continue
 			}
-			if e.slice.Namespace == "" {
-				t.Fatalf("slice %s without namespace", e.slice.Name)
-			}
-			if errs := model.ValidateEndpointSlice(e.slice); len(errs) > 0 {
-				t.Fatalf("accepted slice %s fails validation: %v", e.slice.Name, errs)
-			}
+			checkAccepted(t, "slice", e.slice, model.ValidateEndpointSlice)
 			eps = append(eps, e.slice)
 		}
 		for _, e := range r.entries {
 			if e.svc == nil {
 				continue
 			}
-			if e.svc.Namespace == "" {
-				t.Fatalf("service %s without namespace", e.svc.Name)
-			}
-			if errs := model.ValidateService(e.svc); len(errs) > 0 {
-				t.Fatalf("accepted service %s fails validation: %v", e.svc.Name, errs)
-			}
+			checkAccepted(t, "service", e.svc, model.ValidateService)
 			for _, sp := range model.ServicePorts(e.svc, eps) {
 				if sp.Port == 0 {
 					t.Fatalf("service %s converted to port 0", e.svc.Name)
@@ -66,4 +57,19 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkAccepted fails t unless an object the decoder accepted has a namespace and passes
+// validate.
+func checkAccepted[T interface {
+	GetNamespace() string
+	GetName() string
+}](t *testing.T, kind string, o T, validate func(T) field.ErrorList) {
+	t.Helper()
+	if o.GetNamespace() == "" {
+		t.Fatalf("%s %s without namespace", kind, o.GetName())
+	}
+	if errs := validate(o); len(errs) > 0 {
+		t.Fatalf("accepted %s %s fails validation: %v", kind, o.GetName(), errs)
+	}
 }

@@ -101,35 +101,32 @@ func (e *env) createSlice(t *testing.T, s *discovery.EndpointSlice) {
 // updateService and updateSlice read, change and write an object, again on a conflict.
 func (e *env) updateService(t *testing.T, name string, change func(*v1.Service)) {
 	t.Helper()
-	services := e.admin.CoreV1().Services(testNamespace)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		svc, err := services.Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		change(svc)
-		_, err = services.Update(t.Context(), svc, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("update service %s: %v", name, err)
-	}
+	update(t, e.admin.CoreV1().Services(testNamespace), "service", name, change)
 }
 
 func (e *env) updateSlice(t *testing.T, name string, change func(*discovery.EndpointSlice)) {
 	t.Helper()
-	slices := e.admin.DiscoveryV1().EndpointSlices(testNamespace)
+	update(t, e.admin.DiscoveryV1().EndpointSlices(testNamespace), "endpointslice", name, change)
+}
+
+// update reads the object name of kind through c, changes and writes it, again on a
+// conflict.
+func update[T any](t *testing.T, c interface {
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+}, kind, name string, change func(T)) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := slices.Get(t.Context(), name, metav1.GetOptions{})
+		o, err := c.Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		change(s)
-		_, err = slices.Update(t.Context(), s, metav1.UpdateOptions{})
+		change(o)
+		_, err = c.Update(t.Context(), o, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		t.Fatalf("update endpointslice %s: %v", name, err)
+		t.Fatalf("update %s %s: %v", kind, name, err)
 	}
 }
 

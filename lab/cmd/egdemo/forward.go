@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/edgegate/edgegate/lab/nsthread"
 )
 
 // runForward makes a page inside the lab reachable from the host's loopback: it listens on
@@ -75,23 +76,13 @@ func runForward(ctx context.Context, args []string) error {
 // dialIn connects to addr from inside ns: the socket is made on a thread that has entered
 // ns and keeps belonging to it afterwards.
 func dialIn(ns netns.NsHandle, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread is never handed back to other goroutines: it ends with this one.
-		runtime.LockOSThread()
-		if err := netns.Set(ns); err != nil {
-			ch <- result{err: fmt.Errorf("entering the netns: %w", err)}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
+	var c net.Conn
+	err := nsthread.Run(ns, "dial in the netns", func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	})
+	return c, err
 }
 
 // pipe copies both ways until either side ends.
