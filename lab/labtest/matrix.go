@@ -311,11 +311,11 @@ func RunModeSwitch(t *testing.T, sequence ...string) {
 	t.Run("cleanup", func(t *testing.T) { cleanupLeavesNothing(t, l) })
 }
 
-// eventually polls cond every 100ms until it reports done, for at most within (capped at
-// 10s); it fails the test with cond's last state otherwise.
+// eventually polls cond every 100ms until it reports done, for at most within; it fails
+// the test with cond's last state otherwise. within bounds a hang, it claims no speed: it
+// was once silently capped at 10s, which cut the 15s a slow guest's dashboard needs.
 func eventually(t *testing.T, within time.Duration, what string, cond func() (done bool, state string)) {
 	t.Helper()
-	within = min(within, 10*time.Second)
 	deadline := time.Now().Add(within)
 	var state string
 	for {
