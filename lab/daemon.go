@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -151,12 +152,14 @@ func (d *Daemon) waitHealthy(h *Host) error {
 	return fmt.Errorf("edgegate (pid %d) not healthy within %v: %s", d.PID, healthyWithin, last)
 }
 
-// synced reports whether the daemon has finished a sync: /healthz answers 200 from the
-// start, as kube-proxy's does, before any rule exists. It reads the last-sync timestamp from
-// the metrics; a daemon started without them (--metrics-bind-address empty) counts as
-// synced once healthy. Metrics that do not answer yet mean not synced yet: the metrics
-// server may start after healthz, and a test must not run before the first sync (it would
-// see the previous daemon's rules half removed).
+// synced reports whether the daemon has finished a sync since its source last queued one:
+// /healthz answers 200 from the start, as kube-proxy's does, before any rule exists. It
+// reads the last-sync and last-queued timestamps from the metrics; a daemon started
+// without them (--metrics-bind-address empty) counts as synced once healthy. Metrics that
+// do not answer yet mean not synced yet: the metrics server may start after healthz, and a
+// test must not run before the first sync (it would see the previous daemon's rules half
+// removed), nor after a first sync that ran before the manifests were loaded (a slow guest's
+// rules then came 8 s after the test began).
 func (d *Daemon) synced(h *Host) bool {
 	if d.metricsURL == "" {
 		return true
@@ -165,12 +168,16 @@ func (d *Daemon) synced(h *Host) bool {
 	if err != nil || code != 200 {
 		return false
 	}
+	var synced, queued float64
 	for line := range strings.Lines(body) {
 		if v, ok := strings.CutPrefix(line, "edgegate_sync_proxy_rules_last_timestamp_seconds "); ok {
-			return strings.TrimSpace(v) != "0"
+			synced, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(line, "edgegate_sync_proxy_rules_last_queued_timestamp_seconds "); ok {
+			queued, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return false
+	return synced > 0 && synced >= queued
 }
 
 // DaemonArgs are the flags the traffic matrix (package labtest) starts edgegate with in the
