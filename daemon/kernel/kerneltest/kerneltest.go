@@ -4,6 +4,7 @@ package kerneltest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,19 @@ func NeedRoot(t testing.TB) {
 		t.Fatal("kernel tests need root under CI=true")
 	}
 	t.Skip("kernel tests need root")
+}
+
+// NeedTool skips a test that runs a stock command (nft, iptables-nft) that is not
+// installed, or fails it under CI=true (make deps-test installs them).
+func NeedTool(t testing.TB, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed (CI=true, so this fails; make deps-test installs it)", name)
+	}
+	t.Skipf("%s is not installed", name)
 }
 
 // InNetns runs fn on a locked OS thread inside a new, empty, named network namespace,

@@ -56,19 +56,12 @@ func contains(t *testing.T, what, text string, wants ...string) {
 	}
 }
 
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s is not installed", name)
-	}
-}
-
 // TestRulesetShowsForeignRules: the nftables view reads the ruleset back from the kernel:
 // edgegate's table as programmed, a table another program added by hand, and an
 // iptables-nft rule with an xtables match; expressions edgegate does not render show raw.
 func TestRulesetShowsForeignRules(t *testing.T) {
-	needTool(t, "nft")
-	needTool(t, "iptables-nft")
+	kerneltest.NeedTool(t, "nft")
+	kerneltest.NeedTool(t, "iptables-nft")
 	kerneltest.InNetns(t, "egview", func(ns string) {
 		snap := webSnapshot()
 		if _, err := nft.New().Apply([]*nftplan.Table{nftplan.Build(snap, model.IPv4, plan.Config{NodeName: "gw"})}, true); err != nil {

@@ -31,8 +31,3 @@ func TestImageLayout(t *testing.T) {
 		t.Error("the image has a shell")
 	}
 }
-
-// TestSkipped proves that a skip inside the guest arrives on the host as a skip.
-func TestSkipped(t *testing.T) {
-	t.Skip("skipped on purpose")
-}
