@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/update"
 	"github.com/edgegate/edgegate/daemon/update/rollout"
 	"github.com/edgegate/edgegate/firmware/bundle"
@@ -403,38 +404,11 @@ func (s *bundleServer) count(path string) int {
 // testLogger logs into the test's output until the test ends; a controller still logging
 // after that is dropped.
 func testLogger(t *testing.T) *slog.Logger {
-	l := &testLog{w: t.Output()}
-	t.Cleanup(func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.done = true
-	})
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testLog struct {
-	mu   sync.Mutex
-	w    io.Writer
-	done bool
-}
-
-func (l *testLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done {
-		return len(p), nil
-	}
-	return l.w.Write(p)
+	return testkit.Logger(t, &slog.HandlerOptions{Level: slog.LevelDebug})
 }
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, what, within, 20*time.Millisecond, cond)
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/lab/nsthread"
 )
 
 // host is a network namespace inside the guest, linked to the guest's root namespace by a
@@ -75,9 +76,9 @@ func TestClusterIPTraffic(t *testing.T) {
 // create makes the namespace and its veth pair; t's cleanup removes both.
 func (h *host) create(t *testing.T, root *netlink.Handle, prefix string) {
 	t.Helper()
-	err := onThread(func() error {
+	err := nsthread.Run(netns.None(), h.name, func() error {
 		var err error
-		// New moves this thread into the namespace; onThread moves it back.
+		// New moves this thread into the namespace; Run moves it back.
 		h.ns, err = netns.New()
 		return err
 	})
@@ -195,35 +196,5 @@ func (h *host) get(addr netip.AddrPort) (string, error) {
 // do runs fn on an OS thread inside the host's namespace. Sockets keep the namespace they
 // were made in, so they may be used from any goroutine afterwards.
 func (h *host) do(fn func() error) error {
-	return onThread(func() error {
-		if err := netns.Set(h.ns); err != nil {
-			return fmt.Errorf("enter %s: %w", h.name, err)
-		}
-		return fn()
-	})
-}
-
-// onThread runs fn on a locked OS thread of its own and moves that thread back to the
-// root namespace afterwards. A thread that cannot be moved back stays locked, so the
-// runtime ends it with its goroutine instead of reusing it.
-func onThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("back to the root namespace: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
+	return nsthread.Run(h.ns, h.name, fn)
 }
