@@ -6,8 +6,10 @@ import "time"
 // hand instead of sleeping.
 type Clock interface {
 	Now() time.Time
-	// NewTimer returns a timer that delivers the time on C once d has passed.
-	NewTimer(d time.Duration) Timer
+	// NewTimerAt returns a timer that delivers the time on C once the clock reaches at. The
+	// deadline is absolute so that time passing between reading the clock and arming the
+	// timer cannot move it.
+	NewTimerAt(at time.Time) Timer
 }
 
 // Timer is a one-shot timer made by a Clock.
@@ -24,7 +26,7 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+func (realClock) NewTimerAt(at time.Time) Timer { return realTimer{time.NewTimer(time.Until(at))} }
 
 type realTimer struct{ t *time.Timer }
 

@@ -111,7 +111,7 @@ func (r *Runner) Run(ctx context.Context) {
 		now := r.clk.Now()
 		due := r.nextRun(earliest, periodicFrom)
 		if now.Before(due) {
-			t := r.clk.NewTimer(due.Sub(now))
+			t := r.clk.NewTimerAt(due)
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -32,12 +32,13 @@ func (c *Clock) Now() time.Time {
 	return c.now
 }
 
-// NewTimer returns a timer that fires when the clock reaches now+d; d <= 0 fires at once.
-func (c *Clock) NewTimer(d time.Duration) runner.Timer {
+// NewTimerAt returns a timer that fires when the clock reaches at; a deadline not after now
+// fires at once.
+func (c *Clock) NewTimerAt(at time.Time) runner.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &timer{clk: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
-	if d <= 0 {
+	t := &timer{clk: c, at: at, ch: make(chan time.Time, 1)}
+	if !at.After(c.now) {
 		t.ch <- c.now
 		return t
 	}
@@ -85,6 +86,13 @@ func (c *Clock) AwaitTimers(within time.Duration, want ...time.Time) bool {
 			return false
 		}
 	}
+}
+
+// Timers returns the deadlines of the pending timers, earliest first, for failure messages.
+func (c *Clock) Timers() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadlinesLocked()
 }
 
 func (c *Clock) deadlinesLocked() []time.Time {

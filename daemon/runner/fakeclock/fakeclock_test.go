@@ -21,7 +21,7 @@ func fired(tm runner.Timer) (time.Time, bool) {
 
 func TestTimerFiresOnlyWhenDue(t *testing.T) {
 	c := New(t0)
-	tm := c.NewTimer(2 * time.Second)
+	tm := c.NewTimerAt(t0.Add(2 * time.Second))
 	if !c.AwaitTimers(time.Second, t0.Add(2*time.Second)) {
 		t.Fatal("timer not registered")
 	}
@@ -45,8 +45,8 @@ func TestTimerFiresOnlyWhenDue(t *testing.T) {
 
 func TestStopRemovesTimer(t *testing.T) {
 	c := New(t0)
-	a := c.NewTimer(time.Second)
-	c.NewTimer(3 * time.Second)
+	a := c.NewTimerAt(t0.Add(time.Second))
+	c.NewTimerAt(t0.Add(3 * time.Second))
 	if !a.Stop() {
 		t.Fatal("Stop reported a pending timer as fired")
 	}
@@ -59,10 +59,12 @@ func TestStopRemovesTimer(t *testing.T) {
 	}
 }
 
-func TestZeroDurationFiresAtOnce(t *testing.T) {
+func TestPastDeadlineFiresAtOnce(t *testing.T) {
 	c := New(t0)
-	if _, ok := fired(c.NewTimer(0)); !ok {
-		t.Fatal("zero timer did not fire")
+	for _, at := range []time.Time{t0, t0.Add(-time.Second)} {
+		if _, ok := fired(c.NewTimerAt(at)); !ok {
+			t.Fatalf("timer for t0%+v did not fire at t0", at.Sub(t0))
+		}
 	}
 }
 
