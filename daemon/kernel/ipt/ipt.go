@@ -171,11 +171,8 @@ func (k *Kernel) Apply(plans []*iptplan.Tables, full bool) (Stats, error) {
 			}
 		}
 	}
-	sent := time.Now()
-	err = nb.Send(&k.sock)
-	st.Kernel = time.Since(sent)
-	if err != nil {
-		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
+	if st.Kernel, err = nb.Commit(&k.sock, full); err != nil {
+		return st, err
 	}
 	k.applied = byFamily
 	k.dirty = false
@@ -185,13 +182,6 @@ func (k *Kernel) Apply(plans []*iptplan.Tables, full bool) (Stats, error) {
 	k.gen = after
 	k.untouched = err == nil && genErr == nil && (full || clean) && (after == gen || after == nlbatch.NextGeneration(gen))
 	return st, nil
-}
-
-func kind(full bool) string {
-	if full {
-		return "full"
-	}
-	return "partial"
 }
 
 // Cleanup implements Ruleset.

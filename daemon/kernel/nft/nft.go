@@ -147,20 +147,8 @@ func (k *Kernel) apply(tables []*nftplan.Table, full, recreate bool) (Stats, err
 		nb.Conn().DelTable(&nftables.Table{Name: key.name, Family: tableFamily(key.family)})
 		st.Deleted++
 	}
-	sent := time.Now()
-	err = nb.Send(&k.sock)
-	st.Kernel = time.Since(sent)
-	if err != nil {
-		return st, fmt.Errorf("nftables batch (%s): %w", kind(full), err)
-	}
-	return st, nil
-}
-
-func kind(full bool) string {
-	if full {
-		return "full"
-	}
-	return "partial"
+	st.Kernel, err = nb.Commit(&k.sock, full)
+	return st, err
 }
 
 // Cleanup implements Ruleset.

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -104,6 +105,23 @@ func (b *Batch) Send(s *Socket) error {
 		return send(fd, msgs)
 	}
 	return s.send(msgs)
+}
+
+// Commit sends the batch as a sync's one transaction, as Send does, and returns the time
+// that took: the kernel's time over the batch. full says which kind of sync the batch is
+// (a full one, or a partial one over what the last sync left), for its error.
+func (b *Batch) Commit(s *Socket, full bool) (time.Duration, error) {
+	start := time.Now()
+	err := b.Send(s)
+	took := time.Since(start)
+	if err != nil {
+		kind := "partial"
+		if full {
+			kind = "full"
+		}
+		return took, fmt.Errorf("nftables batch (%s): %w", kind, err)
+	}
+	return took, nil
 }
 
 // take ends the batch: its messages in order between a begin and an end message, only the
