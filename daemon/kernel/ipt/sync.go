@@ -263,7 +263,13 @@ func (s *tableSync) full(known *iptplan.Table) error {
 			return err
 		}
 	}
-	for _, hook := range iptplan.BuiltinChains(s.want.Name) {
+	return s.finish(have, iptplan.BuiltinChains(s.want.Name), gone)
+}
+
+// finish replaces edgegate's rules in the built-in chains hooks, then deletes the gone
+// chains, last, once nothing jumps to them.
+func (s *tableSync) finish(have tableState, hooks, gone []string) error {
+	for _, hook := range hooks {
 		if err := s.replaceBuiltin(have, hook); err != nil {
 			return err
 		}
@@ -356,25 +362,17 @@ func (s *tableSync) partial(prev *iptplan.Table) error {
 			hooks = append(hooks, hook)
 		}
 	}
+	var have tableState
 	if len(hooks) > 0 {
-		have, err := readTable(s.read, s.table)
-		if err != nil {
+		var err error
+		if have, err = readTable(s.read, s.table); err != nil {
 			return err
 		}
 		if !have.exists {
 			s.conn.AddTable(s.table)
 		}
-		for _, hook := range hooks {
-			if err := s.replaceBuiltin(have, hook); err != nil {
-				return err
-			}
-		}
 	}
-	for _, name := range gone {
-		s.conn.DelChain(s.chain(name))
-		s.st.Deleted++
-	}
-	return nil
+	return s.finish(have, hooks, gone)
 }
 
 // sameRules reports what reflect.DeepEqual would for two chains' rules, without
