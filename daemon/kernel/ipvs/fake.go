@@ -144,73 +144,66 @@ func (f *Fake) store(s Service) Service {
 	return s
 }
 
-// NewService implements IPVS.
-func (f *Fake) NewService(s Service) error {
+// service records a call that changes the virtual server s (with s's key and parts) and,
+// unless Silent, makes the change: fn, given s's entry (nil when there is none).
+func (f *Fake) service(call string, s Service, fn func(e *fakeEntry) error, parts ...any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.call("NewService", s.VSKey, s.Scheduler, s.Timeout); err != nil {
+	if err := f.call(call, append([]any{s.VSKey}, parts...)...); err != nil {
 		return err
 	}
 	if f.Silent {
 		return nil
 	}
-	if f.services[s.VSKey] != nil {
-		return fmt.Errorf("create virtual server %s: %w", s.VSKey, unix.EEXIST)
-	}
-	f.services[s.VSKey] = &fakeEntry{svc: f.store(s), dests: map[netip.AddrPort]Destination{}}
-	return nil
+	return fn(f.services[s.VSKey])
+}
+
+// NewService implements IPVS.
+func (f *Fake) NewService(s Service) error {
+	return f.service("NewService", s, func(e *fakeEntry) error {
+		if e != nil {
+			return fmt.Errorf("create virtual server %s: %w", s.VSKey, unix.EEXIST)
+		}
+		f.services[s.VSKey] = &fakeEntry{svc: f.store(s), dests: map[netip.AddrPort]Destination{}}
+		return nil
+	}, s.Scheduler, s.Timeout)
 }
 
 // UpdateService implements IPVS.
 func (f *Fake) UpdateService(s Service) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("UpdateService", s.VSKey, s.Scheduler, s.Timeout); err != nil {
-		return err
-	}
-	if f.Silent {
+	return f.service("UpdateService", s, func(e *fakeEntry) error {
+		if e == nil {
+			return fmt.Errorf("update virtual server %s: %w", s.VSKey, unix.ESRCH)
+		}
+		e.svc = f.store(s)
 		return nil
-	}
-	e := f.services[s.VSKey]
-	if e == nil {
-		return fmt.Errorf("update virtual server %s: %w", s.VSKey, unix.ESRCH)
-	}
-	e.svc = f.store(s)
-	return nil
+	}, s.Scheduler, s.Timeout)
 }
 
 // DelService implements IPVS.
 func (f *Fake) DelService(s Service) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("DelService", s.VSKey); err != nil {
-		return err
-	}
-	if f.Silent {
+	return f.service("DelService", s, func(e *fakeEntry) error {
+		if e == nil {
+			return fmt.Errorf("delete virtual server %s: %w", s.VSKey, unix.ESRCH)
+		}
+		delete(f.services, s.VSKey)
 		return nil
-	}
-	if f.services[s.VSKey] == nil {
-		return fmt.Errorf("delete virtual server %s: %w", s.VSKey, unix.ESRCH)
-	}
-	delete(f.services, s.VSKey)
-	return nil
+	})
 }
 
+// dest is service for a change of one of s's real servers, which SilentDests also
+// silences; fn gets s's entry and whether it has d.
 func (f *Fake) dest(call string, s Service, d Destination, fn func(e *fakeEntry, have bool) error) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call(call, s.VSKey, "->", d.AddrPort(), d.Weight); err != nil {
-		return err
-	}
-	if f.Silent || f.SilentDests {
-		return nil
-	}
-	e := f.services[s.VSKey]
-	if e == nil {
-		return fmt.Errorf("%s %s: %w", call, s.VSKey, unix.ESRCH)
-	}
-	_, have := e.dests[d.AddrPort()]
-	return fn(e, have)
+	return f.service(call, s, func(e *fakeEntry) error {
+		if f.SilentDests {
+			return nil
+		}
+		if e == nil {
+			return fmt.Errorf("%s %s: %w", call, s.VSKey, unix.ESRCH)
+		}
+		_, have := e.dests[d.AddrPort()]
+		return fn(e, have)
+	}, "->", d.AddrPort(), d.Weight)
 }
 
 // NewDestination implements IPVS.

@@ -101,6 +101,15 @@ func (a *Applier) owned(k ipvsplan.VSKey, dummy, node map[netip.Addr]bool) bool 
 	return mine || dummy[k.Addr] || node[k.Addr] && a.nodePorts().Contains(k.Port)
 }
 
+// byKey indexes virtual servers read from the kernel by their key.
+func byKey(svcs []Service) map[ipvsplan.VSKey]Service {
+	m := make(map[ipvsplan.VSKey]Service, len(svcs))
+	for _, svc := range svcs {
+		m[svc.VSKey] = svc
+	}
+	return m
+}
+
 // full reads every virtual server and repairs the difference.
 func (s *applyPass) full(dummy map[netip.Addr]bool) {
 	a := s.a
@@ -109,10 +118,7 @@ func (s *applyPass) full(dummy map[netip.Addr]bool) {
 		s.fail(err)
 		return
 	}
-	have := map[ipvsplan.VSKey]Service{}
-	for _, k := range kernel {
-		have[k.VSKey] = k
-	}
+	have := byKey(kernel)
 	for _, k := range s.order {
 		vs := s.want[k]
 		cur, ok := have[k]
@@ -305,10 +311,7 @@ func (s *applyPass) readBack() {
 			s.fail(fmt.Errorf("read back: %w", err))
 			return
 		}
-		got := map[ipvsplan.VSKey]Service{}
-		for _, svc := range svcs {
-			got[svc.VSKey] = svc
-		}
+		got := byKey(svcs)
 		for _, k := range s.touched {
 			vs := s.want[k]
 			svc, ok := got[k]
