@@ -21,6 +21,20 @@ type rawExpr struct {
 	data []byte
 }
 
+// readExpr reads one expression's name and attributes, leaving the attributes undecoded.
+func readExpr(e *netlink.AttributeDecoder) rawExpr {
+	var x rawExpr
+	for e.Next() {
+		switch e.Type() {
+		case unix.NFTA_EXPR_NAME:
+			x.name = e.String()
+		case unix.NFTA_EXPR_DATA:
+			x.data = e.Bytes()
+		}
+	}
+	return x
+}
+
 // style is the notation a rule is printed in.
 type style int
 

@@ -23,15 +23,13 @@ import (
 // chain's. Messages are read through a fixed buffer and only comments and counters are
 // decoded.
 func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[string]view.BackendTraffic, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	d, closeFn, err := openDumper()
 	if err != nil {
-		return nil, fmt.Errorf("netlink socket: %w", err)
+		return nil, err
 	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("netlink bind: %w", err)
-	}
-	d := dumper{fd: fd, family: byte(tableFamily(f)), buf: make([]byte, 1<<16)}
+	defer closeFn()
+	family := byte(tableFamily(f))
+	d.family = family
 	var chains [][2]string // table, chain
 	err = d.dump(unix.NFT_MSG_GETCHAIN, nil, func(data []byte) error {
 		t, c, err := chainOf(data)
@@ -46,11 +44,7 @@ func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[strin
 	out := map[string]view.BackendTraffic{}
 	for _, tc := range chains {
 		table, chain := tc[0], tc[1]
-		attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{
-			{Type: unix.NFTA_RULE_TABLE, Data: append([]byte(table), 0)},
-			{Type: unix.NFTA_RULE_CHAIN, Data: append([]byte(chain), 0)},
-		})
-		err := d.dump(unix.NFT_MSG_GETRULE, attrs, func(data []byte) error {
+		err := d.chainRules(family, table, chain, func(data []byte) error {
 			comment, c, ok, err := ruleCounter(data)
 			if ok {
 				sum := out[comment]
@@ -58,9 +52,6 @@ func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[strin
 			}
 			return err
 		})
-		if errors.Is(err, unix.ENOENT) {
-			continue // the chain went away since the list
-		}
 		if err != nil {
 			return nil, fmt.Errorf("nftables %s table %s chain %s: rules: %w", f, table, chain, err)
 		}
@@ -128,10 +119,7 @@ func (d *dumper) dump(msg uint16, attrs []byte, fn func(data []byte) error) erro
 
 // chainOf decodes a chain message: its table and name.
 func chainOf(data []byte) (table, name string, err error) {
-	if len(data) < 4 {
-		return "", "", errors.New("short message")
-	}
-	ad, err := netlink.NewAttributeDecoder(data[4:])
+	ad, err := attrsOf(data)
 	if err != nil {
 		return "", "", err
 	}
@@ -189,20 +177,11 @@ func decodeRule(data []byte, expr func(e *netlink.AttributeDecoder) (more bool))
 
 // counterExpr decodes one expression if it is a counter.
 func counterExpr(e *netlink.AttributeDecoder) (c view.BackendTraffic, ok bool) {
-	var name string
-	var data []byte
-	for e.Next() {
-		switch e.Type() {
-		case unix.NFTA_EXPR_NAME:
-			name = e.String()
-		case unix.NFTA_EXPR_DATA:
-			data = e.Bytes()
-		}
-	}
-	if name != "counter" || data == nil {
+	x := readExpr(e)
+	if x.name != "counter" || x.data == nil {
 		return c, false
 	}
-	d, err := netlink.NewAttributeDecoder(data)
+	d, err := netlink.NewAttributeDecoder(x.data)
 	if err != nil {
 		return c, false
 	}

@@ -141,26 +141,27 @@ func readTables(d *dumper, keep func(family byte, table string) bool) ([]*nftTab
 	return tables, nil
 }
 
-// rules dumps one chain's rules and hands each one's expressions and comment to fn.
-func (d *dumper) rules(family byte, table, chain string, fn func(exprs []rawExpr, comment string)) error {
+// chainRules dumps one chain's rules and hands each rule message to fn; a chain gone since
+// it was listed has none.
+func (d *dumper) chainRules(family byte, table, chain string, fn func(data []byte) error) error {
 	d.family = family
 	attrs, _ := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_RULE_TABLE, Data: append([]byte(table), 0)},
 		{Type: unix.NFTA_RULE_CHAIN, Data: append([]byte(chain), 0)},
 	})
-	err := d.dump(unix.NFT_MSG_GETRULE, attrs, func(data []byte) error {
+	err := d.dump(unix.NFT_MSG_GETRULE, attrs, fn)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // the chain went away since the list
+	}
+	return err
+}
+
+// rules dumps one chain's rules and hands each one's expressions and comment to fn.
+func (d *dumper) rules(family byte, table, chain string, fn func(exprs []rawExpr, comment string)) error {
+	return d.chainRules(family, table, chain, func(data []byte) error {
 		var exprs []rawExpr
 		comment, _, err := decodeRule(data, func(e *netlink.AttributeDecoder) bool {
-			var x rawExpr
-			for e.Next() {
-				switch e.Type() {
-				case unix.NFTA_EXPR_NAME:
-					x.name = e.String()
-				case unix.NFTA_EXPR_DATA:
-					x.data = e.Bytes()
-				}
-			}
-			exprs = append(exprs, x)
+			exprs = append(exprs, readExpr(e))
 			return true
 		})
 		if err != nil {
@@ -169,10 +170,6 @@ func (d *dumper) rules(family byte, table, chain string, fn func(exprs []rawExpr
 		fn(exprs, comment)
 		return nil
 	})
-	if errors.Is(err, unix.ENOENT) {
-		return nil // the chain went away since the list
-	}
-	return err
 }
 
 // allTables keeps every table.
