@@ -1,7 +1,6 @@
 package plantest
 
 import (
-	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -44,12 +43,12 @@ type IPTTracer struct {
 	// this trace) matches; nil means StatisticChoice(0): the first endpoint, as the nft tracer's
 	// default numgen choice 0 is.
 	Choose func(i int, probability float64) bool
-	recent map[string]map[netip.Addr]bool
+	recent addrSets
 }
 
 // NewIPTTracer returns a tracer over p for a node with the addresses local.
 func NewIPTTracer(t testing.TB, p *ipt.Tables, local ...string) *IPTTracer {
-	return &IPTTracer{node: newNode(t, local), plan: p, recent: map[string]map[netip.Addr]bool{}}
+	return &IPTTracer{node: newNode(t, local), plan: p, recent: addrSets{}}
 }
 
 // StatisticChoice returns a chooser under which the packet takes the k-th statistic rule it meets, so
@@ -76,7 +75,7 @@ type iptRun struct {
 	choose  func(int, float64) bool
 	nstat   int
 	prob    float64
-	recent  map[string]map[netip.Addr]bool
+	recent  addrSets
 	matched []string
 	depth   int
 }
@@ -105,7 +104,7 @@ func (tr *IPTTracer) Paths(p Packet) []IPTPath {
 			n = i + 1
 			return i < len(prefix) && prefix[i]
 		}
-		out = append(out, tr.walk(p, choose, cloneRecent(tr.recent)))
+		out = append(out, tr.walk(p, choose, tr.recent.clone()))
 		// The walk just made did not match any statistic past the prefix; branch on each.
 		for j := len(prefix); j < n; j++ {
 			explore(append(append(slices.Clone(prefix), make([]bool, j-len(prefix))...), true))
@@ -139,16 +138,8 @@ func (tr *IPTTracer) Results(p Packet) []string {
 	return distinct(tr.All(p))
 }
 
-func cloneRecent(r map[string]map[netip.Addr]bool) map[string]map[netip.Addr]bool {
-	out := make(map[string]map[netip.Addr]bool, len(r))
-	for k, v := range r {
-		out[k] = maps.Clone(v)
-	}
-	return out
-}
-
 // walk takes the packet through the built-in chains; see the file comment for the order.
-func (tr *IPTTracer) walk(p Packet, choose func(int, float64) bool, recent map[string]map[netip.Addr]bool) IPTPath {
+func (tr *IPTTracer) walk(p Packet, choose func(int, float64) bool, recent addrSets) IPTPath {
 	tr.t.Helper()
 	tr.checkBuiltins()
 	r := &iptRun{tr: tr, p: p, choose: choose, recent: recent, prob: 1}
@@ -328,10 +319,7 @@ func (r *iptRun) matches(chain string, rule ipt.Rule) bool {
 				r.tr.fail("tracer: %s: recent match without a name", chain)
 			}
 			if m.Set {
-				if r.recent[m.Name] == nil {
-					r.recent[m.Name] = map[netip.Addr]bool{}
-				}
-				r.recent[m.Name][r.p.src] = true
+				r.recent.add(m.Name, r.p.src)
 				continue
 			}
 			if m.Seconds == 0 {

@@ -2,7 +2,6 @@ package plantest
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -76,12 +75,12 @@ type NFTTracer struct {
 	// Choose picks numgen's result in [0, mod); nil always picks 0.
 	Choose func(mod uint32) uint32
 	// dynamic holds the addresses the data path added to dynamic sets.
-	dynamic map[string]map[netip.Addr]bool
+	dynamic addrSets
 }
 
 // NewNFTTracer returns a tracer over table for a node with the addresses local.
 func NewNFTTracer(t testing.TB, table *nft.Table, local ...string) *NFTTracer {
-	return &NFTTracer{node: newNode(t, local), table: table, dynamic: map[string]map[netip.Addr]bool{}}
+	return &NFTTracer{node: newNode(t, local), table: table, dynamic: addrSets{}}
 }
 
 // ending is how evaluating a chain ended.
@@ -103,7 +102,7 @@ type run struct {
 	dnat    netip.AddrPort
 	masq    bool
 	choose  func(mod uint32) uint32
-	dynamic map[string]map[netip.Addr]bool
+	dynamic addrSets
 	matched []string
 	counted []string // the counters passed, in order
 	depth   int
@@ -156,7 +155,7 @@ func (tr *NFTTracer) All(p Packet) []Outcome {
 			}
 			return 0
 		}
-		out = append(out, tr.walk(p, choose, cloneDynamic(tr.dynamic)))
+		out = append(out, tr.walk(p, choose, tr.dynamic.clone()))
 		// The run just made took choice 0 past the prefix; branch on every other one.
 		for j := len(prefix); j < len(mods); j++ {
 			for c := uint32(1); c < mods[j]; c++ {
@@ -175,19 +174,11 @@ func (tr *NFTTracer) Results(p Packet) []string {
 	return distinct(tr.All(p))
 }
 
-func cloneDynamic(d map[string]map[netip.Addr]bool) map[string]map[netip.Addr]bool {
-	out := make(map[string]map[netip.Addr]bool, len(d))
-	for k, v := range d {
-		out[k] = maps.Clone(v)
-	}
-	return out
-}
-
 // Hooks a packet passes, in order. A packet from outside is routed after prerouting: to
 // input when its (possibly DNATed) destination is local, else through forward and
 // postrouting. A packet from the node passes output and postrouting, then input when it
 // is delivered locally (over loopback).
-func (tr *NFTTracer) walk(p Packet, choose func(uint32) uint32, dynamic map[string]map[netip.Addr]bool) Outcome {
+func (tr *NFTTracer) walk(p Packet, choose func(uint32) uint32, dynamic addrSets) Outcome {
 	tr.t.Helper()
 	r := &run{tr: tr, p: p, choose: choose, dynamic: dynamic}
 	tr.checkBaseChains()
@@ -360,10 +351,7 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 			if !set.Dynamic || set.Key != nft.KeyAddr {
 				r.tr.fail("tracer: %s: update of set %q, which is not a dynamic address set", c.Name, s.Set)
 			}
-			if r.dynamic[s.Set] == nil {
-				r.dynamic[s.Set] = map[netip.Addr]bool{}
-			}
-			r.dynamic[s.Set][r.p.src] = true
+			r.dynamic.add(s.Set, r.p.src)
 		case nft.VMap:
 			m := r.set(s.Map)
 			if !m.Map || m.Key != s.Key {

@@ -5,6 +5,7 @@
 package plantest
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -61,3 +62,22 @@ func newNode(t testing.TB, local []string) node {
 }
 
 func (n *node) isLocal(a netip.Addr) bool { return slices.Contains(n.local, a) }
+
+// addrSets is the state packets leave for the packets after them: named sets of client
+// addresses (nftables' dynamic sets, iptables' recent lists).
+type addrSets map[string]map[netip.Addr]bool
+
+func (s addrSets) add(name string, a netip.Addr) {
+	if s[name] == nil {
+		s[name] = map[netip.Addr]bool{}
+	}
+	s[name][a] = true
+}
+
+func (s addrSets) clone() addrSets {
+	out := make(addrSets, len(s))
+	for k, v := range s {
+		out[k] = maps.Clone(v)
+	}
+	return out
+}
