@@ -15,9 +15,19 @@ import (
 	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 )
 
-func inNetns(t *testing.T, fn func(name string)) {
+// inNetns runs fn in a throwaway namespace set up as setupLink says, with a Kernel table
+// open in it.
+func inNetns(t *testing.T, fn func(ns string, k *Kernel)) {
 	t.Helper()
-	kerneltest.InNetns(t, "egrt", fn)
+	kerneltest.InNetns(t, "egrt", func(ns string) {
+		setupLink(t)
+		k, err := New(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		fn(ns, k)
+	})
 }
 
 // Test IP plan: the gateway's link eg0 (a veth to eg1) holds 192.168.1.2/24 and fd00:1::2/64; nodes are
@@ -82,15 +92,9 @@ func routes(specs ...string) []Route {
 }
 
 func TestKernel(t *testing.T) {
-	inNetns(t, func(ns string) {
-		setupLink(t)
-		k, err := New(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
+	inNetns(t, func(ns string, k *Kernel) {
 
-		err = k.Apply(routes("10.244.1.0/24 via 192.168.1.11", "10.244.2.0/24 via 192.168.1.12",
+		err := k.Apply(routes("10.244.1.0/24 via 192.168.1.11", "10.244.2.0/24 via 192.168.1.12",
 			"10.244.3.0/24 via 192.168.1.13", "fd00:244:2::/64 via fd00:1::12"))
 		if err == nil || !strings.Contains(err.Error(), "add route 10.244.3.0/24 via 192.168.1.13: a route to it that is not edgegate's exists") {
 			t.Errorf("apply over a foreign route: %v", err)
@@ -156,13 +160,7 @@ func TestKernelConverge(t *testing.T) {
 		routes("10.244.1.0/24 via 192.168.1.11", "10.244.2.0/24 via 192.168.1.12", "10.244.4.0/24 via 192.168.1.14",
 			"fd00:244:1::/64 via fd00:1::21", "fd00:244:2::/64 via fd00:1::12"),
 	}
-	inNetns(t, func(ns string) {
-		setupLink(t)
-		k, err := New(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
+	inNetns(t, func(ns string, k *Kernel) {
 		foreign := ipRoutes(t, ns, "-4")
 		rng := rand.New(rand.NewPCG(1, 2))
 		for i := range 40 {
