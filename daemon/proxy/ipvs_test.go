@@ -54,9 +54,7 @@ func TestIPVSModeSync(t *testing.T) {
 	web.Annotations = map[string]string{ipvsplan.SchedulerAnnotation: "fastest"}
 	f.p.Tracker.UpsertService(web)
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	d := f.table.Dump()
 	for _, want := range []string{"TCP  10.96.0.10:80 wlc\n  -> 10.200.2.11:8080", "TCP  10.200.1.1:30080 wlc\n  -> 10.200.2.11:8080"} {
 		if !strings.Contains(d, want) {
@@ -112,22 +110,16 @@ func TestIPVSModeDrainsWithoutChanges(t *testing.T) {
 	f := newIPVSFixture()
 	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	cip := ipvsplan.VSKey{Addr: netip.MustParseAddr("10.96.0.10"), Proto: model.TCP, Port: 80}
 	f.table.SetConns(cip, netip.MustParseAddrPort("10.200.2.12:8080"), 1, 0)
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if !strings.Contains(f.table.Dump(), "10.200.2.12:8080             Masq    0") {
 		t.Fatalf("removed endpoint with a connection not drained at weight 0:\n%s", f.table.Dump())
 	}
 	f.table.SetConns(cip, netip.MustParseAddrPort("10.200.2.12:8080"), 0, 0)
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if strings.Contains(f.table.Dump(), "10.200.2.12") {
 		t.Errorf("drained real server still there after an unchanged sync:\n%s", f.table.Dump())
 	}
@@ -144,9 +136,7 @@ func TestIPVSModeFollowsNodeAddresses(t *testing.T) {
 	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080),
 		mt.Type(v1.ServiceTypeNodePort)))
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	f.table.Reset()
 	if err := f.p.Sync(); err != nil || len(f.table.Calls) != 0 {
 		t.Fatalf("nothing changed: calls %q, err %v", f.table.Calls, err)
@@ -154,18 +144,14 @@ func TestIPVSModeFollowsNodeAddresses(t *testing.T) {
 	if err := f.links.AddAddr("eth0", netip.MustParseAddr("10.200.1.7")); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if d := f.table.Dump(); !strings.Contains(d, "TCP  10.200.1.7:30080 wlc\n  -> 10.200.2.11:8080") {
 		t.Errorf("no node port on the new address after a periodic sync:\n%s", d)
 	}
 	if err := f.links.DelAddr("eth0", netip.MustParseAddr("10.200.1.1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if d := f.table.Dump(); strings.Contains(d, "10.200.1.1:30080") {
 		t.Errorf("node port left on an address the node no longer has:\n%s", d)
 	}

@@ -36,9 +36,7 @@ func TestLargeSyncReleasesItsMemory(t *testing.T) {
 		f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
 		f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP(endpoint)))
 		f.now = f.now.Add(time.Second)
-		if err := f.p.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		f.sync(t)
 	}
 	sync("10.200.2.11")
 	close(hold)

@@ -47,28 +47,30 @@ func newFixture() *fixture {
 	return f
 }
 
+// sync runs one sync and fails the test if it fails.
+func (f *fixture) sync(t *testing.T) {
+	t.Helper()
+	if err := f.p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSyncFullThenPartialThenPeriodicFull(t *testing.T) {
 	f := newFixture()
 	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if n := len(f.rules.Applies); n != 1 || !f.rules.Applies[0].Full {
 		t.Fatalf("first sync: applies %+v, want one full", f.rules.Applies)
 	}
 	f.now = f.now.Add(time.Second)
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if n := len(f.rules.Applies); n != 1 {
 		t.Fatalf("sync without changes applied rules: %+v", f.rules.Applies)
 	}
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12")))
 	f.now = f.now.Add(time.Second)
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if last := f.rules.Applies[len(f.rules.Applies)-1]; last.Full || len(f.rules.Applies) != 2 {
 		t.Fatalf("endpoint change: applies %+v, want a second, partial one", f.rules.Applies)
 	}
@@ -76,9 +78,7 @@ func TestSyncFullThenPartialThenPeriodicFull(t *testing.T) {
 		t.Errorf("new endpoint not programmed:\n%s", f.rules.Dump())
 	}
 	f.now = f.now.Add(11 * time.Minute)
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if last := f.rules.Applies[len(f.rules.Applies)-1]; !last.Full || len(f.rules.Applies) != 3 {
 		t.Fatalf("after the full-sync period: applies %+v, want a third, full one", f.rules.Applies)
 	}
@@ -91,9 +91,7 @@ func TestFailedSyncKeepsRulesAndRetriesFull(t *testing.T) {
 	f := newFixture()
 	f.p.Tracker.UpsertService(mt.Service("default", "dns", "10.96.0.53", mt.Port("dns", v1.ProtocolUDP, 53, 5353, 0)))
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "dns-1", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.11")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	before := f.rules.Dump()
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "dns-1", "dns", "dns", v1.ProtocolUDP, 5353, mt.EP("10.200.2.12")))
 	f.p.Queued()
@@ -143,26 +141,20 @@ func TestSplitDispatchLogged(t *testing.T) {
 	f.p.Dataplane.(*NFTables).PerTable = 2
 	f.p.Tracker.UpsertService(mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if strings.Contains(log.String(), "split") || strings.Contains(f.rules.Dump(), nftplan.ShardTablePrefix) {
 		t.Fatalf("two rules split into tables:\n%s\n%s", log.String(), f.rules.Dump())
 	}
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.13")))
 	f.now = f.now.Add(time.Second)
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if !strings.Contains(log.String(), `now="IPv4: 2 tables"`) || !strings.Contains(f.rules.Dump(), "table ip "+nftplan.ShardTable(1)) {
 		t.Fatalf("four rules at two a table: want the split logged and programmed:\n%s\n%s", log.String(), f.rules.Dump())
 	}
 	logged := log.Len()
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11"), mt.EP("10.200.2.12"), mt.EP("10.200.2.14")))
 	f.now = f.now.Add(time.Second)
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	if strings.Contains(log.String()[logged:], "split") {
 		t.Errorf("an unchanged split logged again:\n%s", log.String()[logged:])
 	}
@@ -181,9 +173,7 @@ func (d timedDataplane) Program(_ *model.Snapshot, full bool) (Result, error) {
 func TestSyncRecordsTheKernelsPart(t *testing.T) {
 	f := newFixture()
 	f.p.Dataplane = timedDataplane{kernel: 7 * time.Millisecond}
-	if err := f.p.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t)
 	rec := httptest.NewRecorder()
 	f.p.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{"edgegate_sync_proxy_rules_kernel_duration_seconds_sum 0.007\n",
