@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -16,15 +15,6 @@ import (
 	ipvsplan "github.com/edgegate/edgegate/daemon/plan/ipvs"
 	nftplan "github.com/edgegate/edgegate/daemon/plan/nft"
 )
-
-func nftList(t *testing.T, ns string) string {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "ruleset").CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list ruleset: %v\n%s", err, out)
-	}
-	return string(out)
-}
 
 // The auxiliary tables are real nftables the kernel takes: applied full and
 // incrementally through the nftables backend, read back with the stock nft, and deleted
@@ -46,7 +36,7 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 		if _, err := aux.Apply(plans(svc, ready3(), webV6(), empty, hp, hpEPs), true); err != nil {
 			t.Fatalf("full apply: %v", err)
 		}
-		out := nftList(t, ns)
+		out := kerneltest.NFT(t, ns, "list", "ruleset")
 		for _, want := range []string{
 			"table ip edgegate-ipvs", "table ip6 edgegate-ipvs",
 			"type filter hook input priority filter; policy accept;",
@@ -65,7 +55,7 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 		if _, err := aux.Apply(plans(web(), webV4(mt.EP("10.200.2.14", mt.OnNode("gw")))), false); err != nil {
 			t.Fatalf("incremental apply: %v", err)
 		}
-		if out := nftList(t, ns); !strings.Contains(out, "hairpin-10.200.2.14") || strings.Contains(out, "hairpin-10.200.2.15") ||
+		if out := kerneltest.NFT(t, ns, "list", "ruleset"); !strings.Contains(out, "hairpin-10.200.2.14") || strings.Contains(out, "hairpin-10.200.2.15") ||
 			strings.Contains(out, "10.96.0.30") {
 			t.Errorf("incremental apply did not converge:\n%s", out)
 		}
@@ -76,7 +66,7 @@ func TestAuxTablesInTheKernel(t *testing.T) {
 		if err := aux.DeleteTables(); err != nil {
 			t.Fatal(err)
 		}
-		out = nftList(t, ns)
+		out = kerneltest.NFT(t, ns, "list", "ruleset")
 		if strings.Contains(out, "edgegate-ipvs") || !strings.Contains(out, "table ip edgegate {") {
 			t.Errorf("after DeleteTables:\n%s", out)
 		}

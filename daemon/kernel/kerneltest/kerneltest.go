@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -38,6 +39,17 @@ func NeedTool(t testing.TB, name string) {
 		t.Fatalf("%s is not installed (CI=true, so this fails; make deps-test installs it)", name)
 	}
 	t.Skipf("%s is not installed", name)
+}
+
+// NFT runs nft(8) with args inside the network namespace ns and returns what it printed;
+// it fails the test if nft fails.
+func NFT(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 // InNetns runs fn on a locked OS thread inside a new, empty, named network namespace,

@@ -3,7 +3,6 @@ package nft
 import (
 	"fmt"
 	"math/rand"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -22,11 +22,7 @@ import (
 // incrementally and one written at once.
 func normalized(t *testing.T, ns string) string {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "ip", "edgegate").CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list table: %v\n%s", err, out)
-	}
-	return normalizedText(string(out))
+	return normalizedText(kerneltest.NFT(t, ns, "list", "table", "ip", "edgegate"))
 }
 
 // normalizedText puts one table's listing in normalized's order.
@@ -162,9 +158,7 @@ func TestFullSyncRepairsTampering(t *testing.T) {
 			{"add", "chain", "ip", "edgegate", "intruder"},
 			{"add", "rule", "ip", "edgegate", "filter-forward", "drop"},
 		} {
-			if out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, cmd...)...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %v: %v\n%s", cmd, err, out)
-			}
+			kerneltest.NFT(t, ns, cmd...)
 		}
 		if _, err := k.Apply(tables, false); err != nil {
 			t.Fatal(err)
@@ -196,9 +190,7 @@ func TestFirstFullSyncDeletesNamedCounters(t *testing.T) {
 			{"add", "counter", "ip", "edgegate", "service-old"},
 			{"add", "rule", "ip", "edgegate", "services", "counter", "name", "endpoint-old"},
 		} {
-			if out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, cmd...)...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %v: %v\n%s", cmd, err, out)
-			}
+			kerneltest.NFT(t, ns, cmd...)
 		}
 		if _, err := New().Apply(tables, true); err != nil {
 			t.Fatal(err)
@@ -248,21 +240,13 @@ func TestPartialSyncTouchesOnlyWhatChanged(t *testing.T) {
 // table and the shards of a split dispatch, each under its name.
 func normalizedAll(t *testing.T, ns string) string {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "tables", "ip").CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list tables: %v\n%s", err, out)
-	}
 	var all []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(kerneltest.NFT(t, ns, "list", "tables", "ip")), "\n") {
 		name := strings.TrimPrefix(line, "table ip ")
 		if !owned(name) {
 			continue
 		}
-		list, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "ip", name).CombinedOutput()
-		if err != nil {
-			t.Fatalf("nft list table %s: %v\n%s", name, err, list)
-		}
-		all = append(all, "table "+name+":\n"+normalizedText(string(list)))
+		all = append(all, "table "+name+":\n"+normalizedText(kerneltest.NFT(t, ns, "list", "table", "ip", name)))
 	}
 	slices.Sort(all)
 	return strings.Join(all, "\n")

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/kerneltest"
 	"github.com/edgegate/edgegate/daemon/model"
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -50,7 +51,7 @@ func TestLargeMapsComplete(t *testing.T) {
 				if s.Map {
 					kind = "map"
 				}
-				out := nftRun(t, ns, "list", kind, "ip", nftplan.TableName, name)
+				out := kerneltest.NFT(t, ns, "list", kind, "ip", nftplan.TableName, name)
 				// nft prints the elements separated by commas.
 				got := strings.Count(out, ",") + 1
 				if got < len(s.Elems) {

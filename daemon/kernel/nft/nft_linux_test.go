@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -20,15 +19,6 @@ func inNetns(t testing.TB, fn func(name string)) {
 	kerneltest.InNetns(t, "egnft", fn)
 }
 
-func nftList(t *testing.T, ns string) string {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "ruleset").CombinedOutput()
-	if err != nil {
-		t.Errorf("nft list ruleset: %v\n%s", err, out)
-	}
-	return string(out)
-}
-
 func demoSnapshot(mods ...func(*v1.Service)) *model.Snapshot {
 	svc := mt.Service("default", "web", "10.96.0.10", append([]func(*v1.Service){
 		mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080),
@@ -45,12 +35,16 @@ func demoSnapshot(mods ...func(*v1.Service)) *model.Snapshot {
 	return mt.Snapshot(svc, v4, v6, empty)
 }
 
+// demoTables plans snap's tables of both families for the node gw.
+func demoTables(snap *model.Snapshot) []*nftplan.Table {
+	cfg := plan.Config{NodeName: "gw"}
+	return []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg), nftplan.Build(snap, model.IPv6, cfg)}
+}
+
 func TestApplyFullThenPartial(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
-		cfg := plan.Config{NodeName: "gw"}
-		snap := demoSnapshot()
-		tables := []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg), nftplan.Build(snap, model.IPv6, cfg)}
+		tables := demoTables(demoSnapshot())
 		start := time.Now()
 		st, err := k.Apply(tables, true)
 		if err != nil {
@@ -60,16 +54,14 @@ func TestApplyFullThenPartial(t *testing.T) {
 			t.Errorf("the batch's time in the kernel is %v of an apply of %v", st.Kernel, took)
 		}
 		t.Logf("full: %+v", st)
-		out := nftList(t, ns)
+		out := kerneltest.NFT(t, ns, "list", "ruleset")
 		for _, want := range []string{"table ip edgegate", "table ip6 edgegate", "numgen random mod 3", "10.96.0.10 . tcp . 80"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("nft list ruleset lacks %q:\n%s", want, out)
 			}
 		}
 		t.Log(out)
-		snap2 := demoSnapshot(mt.Affinity(600))
-		tables2 := []*nftplan.Table{nftplan.Build(snap2, model.IPv4, cfg), nftplan.Build(snap2, model.IPv6, cfg)}
-		st, err = k.Apply(tables2, false)
+		st, err = k.Apply(demoTables(demoSnapshot(mt.Affinity(600))), false)
 		if err != nil {
 			t.Fatalf("partial apply: %v", err)
 		}
@@ -77,26 +69,16 @@ func TestApplyFullThenPartial(t *testing.T) {
 		if err := k.Cleanup(); err != nil {
 			t.Fatalf("cleanup: %v", err)
 		}
-		if out := nftList(t, ns); strings.Contains(out, "edgegate") {
+		if out := kerneltest.NFT(t, ns, "list", "ruleset"); strings.Contains(out, "edgegate") {
 			t.Errorf("cleanup left:\n%s", out)
 		}
 	})
 }
 
-// nftRun runs nft with args inside the namespace ns.
-func nftRun(t *testing.T, ns string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 // tableHandle is the kernel's handle of table ip edgegate: a recreated table gets a new one.
 func tableHandle(t *testing.T, ns string) string {
 	t.Helper()
-	first, _, _ := strings.Cut(nftRun(t, ns, "-a", "list", "table", "ip", nftplan.TableName), "\n")
+	first, _, _ := strings.Cut(kerneltest.NFT(t, ns, "-a", "list", "table", "ip", nftplan.TableName), "\n")
 	_, handle, ok := strings.Cut(first, "# handle ")
 	if !ok {
 		t.Fatalf("no handle in %q", first)
@@ -113,9 +95,7 @@ func tableHandle(t *testing.T, ns string) string {
 func TestFullApplyRewritesInPlace(t *testing.T) {
 	inNetns(t, func(ns string) {
 		k := New()
-		cfg := plan.Config{NodeName: "gw"}
-		snap := demoSnapshot()
-		tables := []*nftplan.Table{nftplan.Build(snap, model.IPv4, cfg), nftplan.Build(snap, model.IPv6, cfg)}
+		tables := demoTables(demoSnapshot())
 		if _, err := k.Apply(tables, true); err != nil {
 			t.Fatalf("first full apply: %v", err)
 		}
@@ -129,7 +109,7 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 			t.Fatal("the demo's table has no affinity set")
 		}
 		// A client's affinity entry, as the kernel adds them.
-		nftRun(t, ns, "add", "element", "ip", nftplan.TableName, affinity, "{ 10.200.1.2 }")
+		kerneltest.NFT(t, ns, "add", "element", "ip", nftplan.TableName, affinity, "{ 10.200.1.2 }")
 		before := tableHandle(t, ns)
 		st, err := k.Apply(tables, true)
 		if err != nil {
@@ -138,14 +118,14 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 		if st.Recreated || tableHandle(t, ns) != before {
 			t.Errorf("a full apply over an unchanged table recreated it (%+v; handle %s before)", st, before)
 		}
-		if out := nftRun(t, ns, "list", "set", "ip", nftplan.TableName, affinity); !strings.Contains(out, "10.200.1.2") {
+		if out := kerneltest.NFT(t, ns, "list", "set", "ip", nftplan.TableName, affinity); !strings.Contains(out, "10.200.1.2") {
 			t.Errorf("the affinity entry did not survive a full apply:\n%s", out)
 		}
 
 		// An older table whose service-ips map had another key.
-		nftRun(t, ns, "delete", "table", "ip", nftplan.TableName)
-		nftRun(t, ns, "add", "table", "ip", nftplan.TableName)
-		nftRun(t, ns, "add", "map", "ip", nftplan.TableName, "service-ips", "{ type ipv4_addr : verdict; }")
+		kerneltest.NFT(t, ns, "delete", "table", "ip", nftplan.TableName)
+		kerneltest.NFT(t, ns, "add", "table", "ip", nftplan.TableName)
+		kerneltest.NFT(t, ns, "add", "map", "ip", nftplan.TableName, "service-ips", "{ type ipv4_addr : verdict; }")
 		k = New()
 		st, err = k.Apply(tables, true)
 		if err != nil {
@@ -154,7 +134,7 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 		if !st.Recreated {
 			t.Errorf("full apply over a map with another key: %+v, want the table recreated", st)
 		}
-		if out := nftList(t, ns); !strings.Contains(out, "10.96.0.10 . tcp . 80") {
+		if out := kerneltest.NFT(t, ns, "list", "ruleset"); !strings.Contains(out, "10.96.0.10 . tcp . 80") {
 			t.Errorf("after recreating, the ruleset lacks the service:\n%s", out)
 		}
 	})

@@ -1,7 +1,6 @@
 package nlbatch
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -37,13 +36,7 @@ func TestSendToKernel(t *testing.T) {
 			}
 			return b.Send(sock)
 		}
-		list := func() string {
-			out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "ruleset").CombinedOutput()
-			if err != nil {
-				t.Fatalf("nft list ruleset: %v\n%s", err, out)
-			}
-			return string(out)
-		}
+		list := func() string { return kerneltest.NFT(t, ns, "list", "ruleset") }
 		if err := send("a", "b"); err != nil {
 			t.Fatalf("good batch: %v", err)
 		}
