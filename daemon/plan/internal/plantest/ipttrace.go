@@ -66,18 +66,14 @@ type IPTPath struct {
 
 // iptRun is one packet's walk; it owns the packet's mutable state.
 type iptRun struct {
-	tr      *IPTTracer
-	p       Packet
-	step    iptStep
-	mark    uint32
-	dnat    netip.AddrPort
-	masq    bool
-	choose  func(int, float64) bool
-	nstat   int
-	prob    float64
-	recent  addrSets
-	matched []string
-	depth   int
+	packetState
+	tr     *IPTTracer
+	step   iptStep
+	choose func(int, float64) bool
+	nstat  int
+	prob   float64
+	recent addrSets
+	depth  int
 }
 
 // Trace runs one packet and keeps the recent-match state it creates.
@@ -142,7 +138,7 @@ func (tr *IPTTracer) Results(p Packet) []string {
 func (tr *IPTTracer) walk(p Packet, choose func(int, float64) bool, recent addrSets) IPTPath {
 	tr.t.Helper()
 	tr.checkBuiltins()
-	r := &iptRun{tr: tr, p: p, choose: choose, recent: recent, prob: 1}
+	r := &iptRun{packetState: packetState{p: p}, tr: tr, choose: choose, recent: recent, prob: 1}
 	input := []iptStep{{"filter", "INPUT"}, {"nat", "INPUT"}}
 	var steps []iptStep
 	if p.fromNode {
@@ -173,21 +169,7 @@ func (tr *IPTTracer) walk(p Packet, choose func(int, float64) bool, recent addrS
 }
 
 func (r *iptRun) path(result string) IPTPath {
-	return IPTPath{Outcome: Outcome{Result: result, Masq: r.masq, Matched: r.matched}, Prob: r.prob}
-}
-
-func (r *iptRun) dst() netip.Addr {
-	if r.dnat.IsValid() {
-		return r.dnat.Addr()
-	}
-	return r.p.dst
-}
-
-func (r *iptRun) dport() uint16 {
-	if r.dnat.IsValid() {
-		return r.dnat.Port()
-	}
-	return r.p.dport
+	return IPTPath{Outcome: r.outcome(result), Prob: r.prob}
 }
 
 // checkBuiltins fails on a table or built-in chain the walk would not visit.

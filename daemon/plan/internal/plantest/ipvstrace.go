@@ -59,7 +59,7 @@ func (it *IPVSTracer) Results(p Packet) []string {
 func (it *IPVSTracer) All(p Packet) []Outcome {
 	it.t.Helper()
 	it.aux.checkBaseChains()
-	r := &run{tr: it.aux, p: p, choose: func(uint32) uint32 { return 0 }, dynamic: addrSets{}}
+	r := &run{packetState: packetState{p: p}, tr: it.aux, choose: func(uint32) uint32 { return 0 }, dynamic: addrSets{}}
 	// IPVS schedules at LOCAL_IN what arrives for a local address, and at LOCAL_OUT what
 	// the node sends.
 	scheduled := p.fromNode || it.aux.isLocal(p.dst)

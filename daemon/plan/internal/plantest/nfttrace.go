@@ -95,15 +95,11 @@ const (
 
 // run is one packet's walk; it owns the packet's mutable state.
 type run struct {
+	packetState
 	tr      *NFTTracer
-	p       Packet
 	hook    *nft.Hook
-	mark    uint32
-	dnat    netip.AddrPort
-	masq    bool
 	choose  func(mod uint32) uint32
 	dynamic addrSets
-	matched []string
 	counted []string // the counters passed, in order
 	depth   int
 }
@@ -180,7 +176,7 @@ func (tr *NFTTracer) Results(p Packet) []string {
 // is delivered locally (over loopback).
 func (tr *NFTTracer) walk(p Packet, choose func(uint32) uint32, dynamic addrSets) Outcome {
 	tr.t.Helper()
-	r := &run{tr: tr, p: p, choose: choose, dynamic: dynamic}
+	r := &run{packetState: packetState{p: p}, tr: tr, choose: choose, dynamic: dynamic}
 	tr.checkBaseChains()
 	var hooks []string
 	if p.fromNode {
@@ -210,24 +206,6 @@ func (tr *NFTTracer) walk(p Packet, choose func(uint32) uint32, dynamic addrSets
 		return r.outcome(r.dnat.String())
 	}
 	return r.outcome(Accept)
-}
-
-func (r *run) outcome(result string) Outcome {
-	return Outcome{Result: result, Masq: r.masq, Matched: r.matched}
-}
-
-func (r *run) dst() netip.Addr {
-	if r.dnat.IsValid() {
-		return r.dnat.Addr()
-	}
-	return r.p.dst
-}
-
-func (r *run) dport() uint16 {
-	if r.dnat.IsValid() {
-		return r.dnat.Port()
-	}
-	return r.p.dport
 }
 
 var knownHooks = []string{"prerouting", "input", "forward", "output", "postrouting"}

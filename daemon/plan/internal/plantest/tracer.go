@@ -63,6 +63,36 @@ func newNode(t testing.TB, local []string) node {
 
 func (n *node) isLocal(a netip.Addr) bool { return slices.Contains(n.local, a) }
 
+// packetState is what a tracer's walk knows of its packet: the packet, and what the rules
+// did to it so far.
+type packetState struct {
+	p       Packet
+	mark    uint32
+	dnat    netip.AddrPort
+	masq    bool
+	matched []string
+}
+
+// dst is the destination address the packet has now, after any DNAT.
+func (s *packetState) dst() netip.Addr {
+	if s.dnat.IsValid() {
+		return s.dnat.Addr()
+	}
+	return s.p.dst
+}
+
+// dport is the destination port the packet has now, after any DNAT.
+func (s *packetState) dport() uint16 {
+	if s.dnat.IsValid() {
+		return s.dnat.Port()
+	}
+	return s.p.dport
+}
+
+func (s *packetState) outcome(result string) Outcome {
+	return Outcome{Result: result, Masq: s.masq, Matched: s.matched}
+}
+
 // addrSets is the state packets leave for the packets after them: named sets of client
 // addresses (nftables' dynamic sets, iptables' recent lists).
 type addrSets map[string]map[netip.Addr]bool
