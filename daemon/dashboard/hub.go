@@ -115,16 +115,7 @@ func (h *Hub) snapshot() Message {
 		st[k] = v
 	}
 	for k, l := range h.lists {
-		var b bytes.Buffer
-		b.WriteByte('[')
-		for i, e := range l {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(e)
-		}
-		b.WriteByte(']')
-		st[k] = b.Bytes()
+		st[k], _ = json.Marshal(l) // cannot fail: every entry is already valid JSON
 	}
 	return Message{Type: "snapshot", Seq: h.seq, State: st}
 }

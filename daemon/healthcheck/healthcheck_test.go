@@ -1,7 +1,6 @@
 package healthcheck
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,10 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 )
@@ -78,14 +77,14 @@ func expectClosed(t *testing.T, hostport string) {
 	}
 }
 
-func newServer(t *testing.T, bind ...netip.Addr) (*Server, *syncBuffer) {
+func newServer(t *testing.T, bind ...netip.Addr) (*Server, *testkit.Buffer) {
 	t.Helper()
 	return newGatedServer(t, listener.Default, bind...)
 }
 
-func newGatedServer(t *testing.T, cfg listener.Config, bind ...netip.Addr) (*Server, *syncBuffer) {
+func newGatedServer(t *testing.T, cfg listener.Config, bind ...netip.Addr) (*Server, *testkit.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	s := NewServer(bind, listener.NewGate("healthcheck", cfg, nil, log), log)
 	t.Cleanup(s.Close)
@@ -230,22 +229,4 @@ func TestPortZeroOpensNothing(t *testing.T) {
 	if len(s.services) != 0 {
 		t.Fatalf("port 0 opened a listener: %v", s.services)
 	}
-}
-
-// syncBuffer lets the serve goroutines and the test share a log buffer.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

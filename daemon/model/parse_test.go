@@ -1,18 +1,35 @@
 package model_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
 	"github.com/edgegate/edgegate/daemon/model"
 )
 
+// parseCase is an input and what it parses to, as a string; "" for refused.
+type parseCase struct{ in, want string }
+
+// checkParse parses each case's input with parse, named name, and compares the result's
+// String with the case's want.
+func checkParse[T fmt.Stringer](t *testing.T, name string, parse func(string) (T, bool), cases []parseCase) {
+	t.Helper()
+	for _, tc := range cases {
+		v, ok := parse(tc.in)
+		got := ""
+		if ok {
+			got = v.String()
+		}
+		if got != tc.want {
+			t.Errorf("%s(%q) = %q (ok %t), want %q", name, tc.in, v, ok, tc.want)
+		}
+	}
+}
+
 // TestParsePrefix: source ranges as kube-proxy reads them, and what it must not admit.
 func TestParsePrefix(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want string // "" for refused
-	}{
+	checkParse(t, "ParsePrefix", model.ParsePrefix, []parseCase{
 		{"10.200.1.0/24", "10.200.1.0/24"},
 		{" 10.200.1.0/24 ", "10.200.1.0/24"},
 		{"10.200.1.7/24", "10.200.1.0/24"},
@@ -25,24 +42,12 @@ func TestParsePrefix(t *testing.T) {
 		{"::ffff:10.200.1.0/120", ""},
 		{"::ffff:010.200.1.0/120", ""},
 		{"", ""},
-	} {
-		p, ok := model.ParsePrefix(tc.in)
-		got := ""
-		if ok {
-			got = p.String()
-		}
-		if got != tc.want {
-			t.Errorf("ParsePrefix(%q) = %q (ok %t), want %q", tc.in, p, ok, tc.want)
-		}
-	}
+	})
 }
 
 // TestParseAddr: addresses as kube-proxy reads them.
 func TestParseAddr(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want string
-	}{
+	checkParse(t, "ParseAddr", model.ParseAddr, []parseCase{
 		{"10.200.1.1", "10.200.1.1"},
 		{"010.200.001.001", "10.200.1.1"},
 		{"fd00::1", "fd00::1"},
@@ -50,16 +55,7 @@ func TestParseAddr(t *testing.T) {
 		{"fe80::1%eth0", ""},
 		{"10.200.1", ""},
 		{"", ""},
-	} {
-		a, ok := model.ParseAddr(tc.in)
-		got := ""
-		if ok {
-			got = a.String()
-		}
-		if got != tc.want {
-			t.Errorf("ParseAddr(%q) = %v (ok %t), want %q", tc.in, a, ok, tc.want)
-		}
-	}
+	})
 	if a, _ := model.ParseAddr("010.0.0.1"); !a.Is4() || a != netip.MustParseAddr("10.0.0.1") {
 		t.Errorf("a sloppy IPv4 address is %v, want it 4 bytes long", a)
 	}

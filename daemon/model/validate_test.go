@@ -50,20 +50,33 @@ func singleClusterIP(ip string) func(*v1.Service) {
 	}
 }
 
-func errorStrings(errs field.ErrorList) []string {
-	var out []string
-	for _, e := range errs {
-		out = append(out, e.Error())
+// modCase is a change to a valid object and the validation errors it must cause.
+type modCase[T any] struct {
+	name string
+	mod  func(*T)
+	want []string
+}
+
+// checkMods applies each case's change to a fresh valid object and compares what validate
+// reports with the case's errors.
+func checkMods[T any](t *testing.T, valid func() *T, validate func(*T) field.ErrorList, cases []modCase[T]) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := valid()
+			tc.mod(obj)
+			var got []string
+			for _, e := range validate(obj) {
+				got = append(got, e.Error())
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
 	}
-	return out
 }
 
 func TestValidateService(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(*v1.Service)
-		want []string
-	}{
+	checkMods(t, validService, ValidateService, []modCase[v1.Service]{
 		{"valid", func(*v1.Service) {}, nil},
 		{"name required", func(s *v1.Service) { s.Name = "" }, []string{"metadata.name: Required value"}},
 		{"name not a DNS-1035 label", func(s *v1.Service) { s.Name = "1web" },
@@ -192,16 +205,7 @@ func TestValidateService(t *testing.T) {
 		{"trafficDistribution unknown", func(s *v1.Service) { s.Spec.TrafficDistribution = ptr.To("PreferRegion") },
 			[]string{`spec.trafficDistribution: Unsupported value: "PreferRegion": supported values: "PreferClose", "PreferSameZone", "PreferSameNode"`}},
 		{"trafficDistribution PreferSameNode", func(s *v1.Service) { s.Spec.TrafficDistribution = ptr.To(v1.ServiceTrafficDistributionPreferSameNode) }, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			svc := validService()
-			tc.mod(svc)
-			if diff := cmp.Diff(tc.want, errorStrings(ValidateService(svc))); diff != "" {
-				t.Errorf("errors (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 // validSlice backs validService's http port from two pods, 10.200.2.11 and 10.200.2.12.
@@ -224,11 +228,7 @@ func validSlice() *discovery.EndpointSlice {
 }
 
 func TestValidateEndpointSlice(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(*discovery.EndpointSlice)
-		want []string
-	}{
+	checkMods(t, validSlice, ValidateEndpointSlice, []modCase[discovery.EndpointSlice]{
 		{"valid", func(*discovery.EndpointSlice) {}, nil},
 		{"name required", func(s *discovery.EndpointSlice) { s.Name = "" }, []string{"metadata.name: Required value"}},
 		{"name may be a subdomain", func(s *discovery.EndpointSlice) { s.Name = "web.ipv4" }, nil},
@@ -279,16 +279,7 @@ func TestValidateEndpointSlice(t *testing.T) {
 			[]string{`ports[1].name: Duplicate value: ""`}},
 		{"port name invalid", func(s *discovery.EndpointSlice) { s.Ports[0].Name = ptr.To("-http") },
 			[]string{`ports[0].name: Invalid value: "-http": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s := validSlice()
-			tc.mod(s)
-			if diff := cmp.Diff(tc.want, errorStrings(ValidateEndpointSlice(s))); diff != "" {
-				t.Errorf("errors (-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 // TestValidServiceConverts ties validation to conversion: what passes becomes ServicePorts

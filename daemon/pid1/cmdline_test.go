@@ -1,6 +1,7 @@
 package pid1
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -84,7 +85,7 @@ func TestParseCmdline(t *testing.T) {
 }
 
 func TestParseIPConfig(t *testing.T) {
-	for in, want := range map[string]string{
+	checkParse(t, "ParseIPConfig", ParseIPConfig, map[string]string{
 		"eth0:dhcp":                         "eth0:dhcp",
 		"eth0:10.0.2.15/24":                 "eth0:10.0.2.15/24",
 		"enp0s3:10.0.2.15/24:10.0.2.2":      "enp0s3:10.0.2.15/24:10.0.2.2",
@@ -102,14 +103,21 @@ func TestParseIPConfig(t *testing.T) {
 		"eth0:10.0.2.15/24:":                "error",
 		"eth0:DHCP":                         "error",
 		"wlan0:192.168.1.10/24:192.168.1.1": "wlan0:192.168.1.10/24:192.168.1.1",
-	} {
-		c, err := ParseIPConfig(in)
-		got := c.String()
+	})
+}
+
+// checkParse parses each input with parse, named name, and compares the result's String
+// with the input's want; a want of "error" wants parse to fail.
+func checkParse[T fmt.Stringer](t *testing.T, name string, parse func(string) (T, error), wants map[string]string) {
+	t.Helper()
+	for in, want := range wants {
+		v, err := parse(in)
+		got := v.String()
 		if err != nil {
 			got = "error"
 		}
 		if got != want {
-			t.Errorf("ParseIPConfig(%q) = %q (err %v), want %q", in, got, err, want)
+			t.Errorf("%s(%q) = %q (err %v), want %q", name, in, got, err, want)
 		}
 	}
 }

@@ -343,7 +343,7 @@ func TestReadExt4LabelOfMke2fs(t *testing.T) {
 
 // TestParseDataSpec covers the forms of edgegate.data=.
 func TestParseDataSpec(t *testing.T) {
-	for in, want := range map[string]string{
+	checkParse(t, "ParseDataSpec", ParseDataSpec, map[string]string{
 		"/dev/vdb":                 "/dev/vdb",
 		"/dev/mmcblk0p3":           "/dev/mmcblk0p3",
 		"LABEL=edgegate-data":      "LABEL=edgegate-data",
@@ -355,16 +355,7 @@ func TestParseDataSpec(t *testing.T) {
 		"/dev/../etc/shadow":       "error",
 		"vdb":                      "error",
 		"UUID=1234":                "error",
-	} {
-		d, err := ParseDataSpec(in)
-		got := d.String()
-		if err != nil {
-			got = "error"
-		}
-		if got != want {
-			t.Errorf("ParseDataSpec(%q) = %q (err %v), want %q", in, got, err, want)
-		}
-	}
+	})
 }
 
 // TestBootstrapToken: edgegate.token lands in a file only PID 1's user can read, and never

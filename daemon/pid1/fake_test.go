@@ -187,23 +187,18 @@ type fakeSession struct {
 	dev string
 }
 
-func (s *fakeSession) Acquire(ctx context.Context) (Lease, error) {
-	l, err := s.f.answer(false)
-	if err != nil {
-		s.f.j.add("dhcp acquire %s: %v", s.dev, err)
-		return Lease{}, err
-	}
-	s.f.j.add("dhcp acquire %s", s.dev)
-	return l, nil
-}
+func (s *fakeSession) Acquire(ctx context.Context) (Lease, error) { return s.answer("acquire") }
 
-func (s *fakeSession) Renew(ctx context.Context) (Lease, error) {
-	l, err := s.f.answer(true)
+func (s *fakeSession) Renew(ctx context.Context) (Lease, error) { return s.answer("renew") }
+
+// answer journals op ("acquire" or "renew") with its outcome and returns the fake's answer.
+func (s *fakeSession) answer(op string) (Lease, error) {
+	l, err := s.f.answer(op == "renew")
 	if err != nil {
-		s.f.j.add("dhcp renew %s: %v", s.dev, err)
+		s.f.j.add("dhcp %s %s: %v", op, s.dev, err)
 		return Lease{}, err
 	}
-	s.f.j.add("dhcp renew %s", s.dev)
+	s.f.j.add("dhcp %s %s", op, s.dev)
 	return l, nil
 }
 

@@ -162,6 +162,23 @@ func healthy() error { return nil }
 
 func never() error { return errors.New("rules not programmed yet") }
 
+// onFactoryImage is a gateway booted from its factory image, with the updater running there.
+func onFactoryImage(t *testing.T) (*gateway, *Manager) {
+	t.Helper()
+	g := newGateway(t)
+	g.boot()
+	return g, g.manager(layout.SlotA, "v1.0.0", healthy)
+}
+
+// activated is a gateway on its factory image that installed v1.1.0 and switched to it: its
+// next boot is the first trial boot.
+func activated(t *testing.T) *gateway {
+	t.Helper()
+	g, m := onFactoryImage(t)
+	install(t, m, g.bundle(testBoard, "v1.1.0", nil), true)
+	return g
+}
+
 func install(t *testing.T, m *Manager, bun []byte, activate bool) Attempt {
 	t.Helper()
 	a, err := m.Install(context.Background(), bytes.NewReader(bun), Request{Source: "test", Activate: activate})
@@ -235,9 +252,7 @@ func TestGoodUpdateCommitsAndStays(t *testing.T) {
 }
 
 func TestNeverHealthyRollsBack(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g := activated(t)
 	for boot := 1; boot <= DefaultTries; boot++ {
 		if s := g.boot(); s != layout.SlotB {
 			t.Fatalf("trial boot %d: the boot loader boots %s", boot, s)
@@ -274,9 +289,7 @@ func TestNeverHealthyRollsBack(t *testing.T) {
 }
 
 func TestRefusedBundlesWriteNothing(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	g, m := onFactoryImage(t)
 	before := g.tree()
 	stranger := &gateway{t: t, clock: g.clock}
 	stranger.pub, stranger.key, _ = bundle.GenerateKey(rand.Reader)
@@ -372,9 +385,7 @@ func snapshot(t *testing.T, dir string) string {
 }
 
 func TestPowerCutWhileWriting(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	g, m := onFactoryImage(t)
 	bun := g.bundle(testBoard, "v1.1.0", nil)
 	br := &blockingReader{r: bytes.NewReader(bun), cut: int64(len(bun)) * 2 / 3, reached: make(chan struct{}), release: make(chan struct{})}
 	done := make(chan error)
@@ -411,9 +422,7 @@ func TestPowerCutWhileWriting(t *testing.T) {
 }
 
 func TestPowerCutWhileStaged(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	g, m := onFactoryImage(t)
 	a := install(t, m, g.bundle(testBoard, "v1.1.0", nil), false)
 	if a.Phase != PhaseStaged || g.reboots != 0 {
 		t.Fatalf("staged: %+v, %d reboots", a, g.reboots)
@@ -449,9 +458,7 @@ func TestPowerCutWhileStaged(t *testing.T) {
 }
 
 func TestPowerCutDuringTrialBoot(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g := activated(t)
 	g.boot()
 	// The power goes during the first trial boot, before it is healthy.
 	_ = g.manager(layout.SlotB, "v1.1.0", never)
@@ -477,9 +484,7 @@ func TestPowerCutDuringTrialBoot(t *testing.T) {
 }
 
 func TestPowerCutAroundCommit(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g := activated(t)
 	g.boot()
 	// The commit renamed the entry, and the power went before the state file was written.
 	stateBefore := snapshot(t, g.data)
@@ -496,9 +501,7 @@ func TestPowerCutAroundCommit(t *testing.T) {
 }
 
 func TestTrialWithoutStateFile(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	install(t, g.manager(layout.SlotA, "v1.0.0", healthy), g.bundle(testBoard, "v1.1.0", nil), true)
+	g := activated(t)
 	g.boot()
 	// A new data partition: the ESP alone says this is a trial boot.
 	g.data = t.TempDir()

@@ -94,9 +94,7 @@ func treeOf(t *testing.T, dir, skip string) string {
 }
 
 func TestEpochFloor(t *testing.T) {
-	g := newGateway(t)
-	g.boot()
-	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	g, m := onFactoryImage(t)
 	g.wantTrustAbsent()
 	rel := func(version string, epoch uint64) []byte {
 		return g.release(bundle.Release{Board: testBoard, Version: version, SecurityEpoch: epoch}, g.key)

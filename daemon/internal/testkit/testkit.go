@@ -1,8 +1,9 @@
-// Package testkit holds the small helpers the daemon's tests share: polling for a condition
-// and logging into a test's output. It is imported by _test.go files only.
+// Package testkit holds the small helpers the daemon's tests share: polling for a condition,
+// logging into a test's output or into a buffer. It is imported by _test.go files only.
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -68,4 +69,23 @@ func (l *testLog) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return l.w.Write(p)
+}
+
+// Buffer is a bytes.Buffer that goroutines may write while the test reads it, for log output
+// written from a component's goroutines. The zero value is ready to use.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/daemon/internal/testkit"
 )
 
 const waitLimit = 5 * time.Second
@@ -73,24 +74,6 @@ func (r *recorder) waitState(t *testing.T, what string, want ...string) {
 	r.waitFor(t, what, func(got []string) bool { return cmp.Equal(want, got) })
 }
 
-// syncBuffer collects log output written from Run's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startDir runs d until the test ends and fails the test if Run fails or does not stop.
 func startDir(t *testing.T, d *Dir, sink *recorder) {
 	t.Helper()
@@ -121,7 +104,7 @@ func TestDirFollowsChanges(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
 	writeFile(t, a, service("web", "10.96.0.10", "80"))
-	var logs syncBuffer
+	var logs testkit.Buffer
 	d := NewDir(dir, slog.New(slog.NewTextHandler(&logs, nil)))
 	sink := newRecorder()
 	startDir(t, d, sink)
@@ -213,7 +196,7 @@ func TestDirRemovedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(dir, "a.yaml"), service("web", "10.96.0.10", "80"))
-	var logs syncBuffer
+	var logs testkit.Buffer
 	d := NewDir(dir, slog.New(slog.NewTextHandler(&logs, nil)))
 	d.poll = 20 * time.Millisecond
 	sink := newRecorder()

@@ -110,18 +110,24 @@ func newFleet(t *testing.T) *fleet {
 	return f
 }
 
-// applyCRD creates deploy/firmwarerollout-crd.yaml and waits until it is served.
-func (f *fleet) applyCRD() {
-	t := f.t
-	b, err := os.ReadFile(deployDir + "/firmwarerollout-crd.yaml")
+// deployObject reads the one object of deploy/'s YAML file name.
+func deployObject(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	b, err := os.ReadFile(deployDir + "/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var obj map[string]any
 	if err := yaml.Unmarshal(b, &obj); err != nil {
-		t.Fatalf("deploy/firmwarerollout-crd.yaml: %v", err)
+		t.Fatalf("deploy/%s: %v", name, err)
 	}
-	crd := &unstructured.Unstructured{Object: obj}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// applyCRD creates deploy/firmwarerollout-crd.yaml and waits until it is served.
+func (f *fleet) applyCRD() {
+	t := f.t
+	crd := deployObject(t, "firmwarerollout-crd.yaml")
 	if _, err := f.admin.Resource(crdGVR).Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the CRD: %v", err)
 	}
@@ -581,15 +587,8 @@ func (f *fleet) schemaChecks() {
 		t.Fatal(err)
 	}
 	// deploy/'s example is valid, for the API server and for the gateway.
-	b, err := os.ReadFile(deployDir + "/firmwarerollout-example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var example map[string]any
-	if err := yaml.Unmarshal(b, &example); err != nil {
-		t.Fatalf("deploy/firmwarerollout-example.yaml: %v", err)
-	}
-	created, err := f.admin.Resource(rollout.GVR).Create(t.Context(), &unstructured.Unstructured{Object: example}, metav1.CreateOptions{})
+	example := deployObject(t, "firmwarerollout-example.yaml")
+	created, err := f.admin.Resource(rollout.GVR).Create(t.Context(), example, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create deploy/firmwarerollout-example.yaml: %v", err)
 	}
