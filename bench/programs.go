@@ -30,10 +30,23 @@ type endpointRef struct {
 type program struct {
 	Name      string // column title
 	MetricsNS string // its metrics' prefix
-	// Argv is its command line in a mode, given the run's environment.
-	Argv func(mode string, env runEnv) []string
+	// Flags are its own flags, given the run's environment (argv adds the rest).
+	Flags func(env runEnv) []string
+	// MinSyncPeriodFlag is its name for the flag that runEnv.MinSyncPeriod sets.
+	MinSyncPeriodFlag string
 	// Layout is where the probe finds its rules in a mode.
 	Layout func(mode string) layout
+}
+
+// argv is p's command line in a mode: the mode, p's own flags, the shared ones, and the
+// run's MinSyncPeriod when it sets one.
+func (p program) argv(mode string, e runEnv) []string {
+	argv := append([]string{"--proxy-mode=" + mode}, p.Flags(e)...)
+	argv = append(argv, sharedFlags...)
+	if e.MinSyncPeriod != "" {
+		argv = append(argv, p.MinSyncPeriodFlag+"="+e.MinSyncPeriod)
+	}
+	return argv
 }
 
 // runEnv is what a program's command line needs from the run.
@@ -64,21 +77,16 @@ var sharedFlags = []string{
 var (
 	edgegate = program{
 		Name: "edgegate", MetricsNS: "edgegate_",
-		Argv: func(mode string, e runEnv) []string {
-			argv := []string{
-				"--proxy-mode=" + mode,
+		Flags: func(e runEnv) []string {
+			return []string{
 				"--api-server", e.Server, "--token-file", e.TokenFile, "--ca-file", e.CAFile,
 				"--hostname-override", e.Node,
 				"--node-ip", e.NodeIP,
 				"--state-dir", e.StateDir,
 				"--dashboard-bind-address=",
 			}
-			argv = append(argv, sharedFlags...)
-			if e.MinSyncPeriod != "" {
-				argv = append(argv, "--min-sync-period="+e.MinSyncPeriod)
-			}
-			return argv
 		},
+		MinSyncPeriodFlag: "--min-sync-period",
 		Layout: func(mode string) layout {
 			if mode == modeIPTables {
 				return layout{
@@ -99,21 +107,16 @@ var (
 	}
 	kubeProxy = program{
 		Name: "kube-proxy", MetricsNS: "kubeproxy_",
-		Argv: func(mode string, e runEnv) []string {
-			argv := []string{
-				"--proxy-mode=" + mode,
+		Flags: func(e runEnv) []string {
+			return []string{
 				"--kubeconfig", e.Kubeconfig,
 				"--hostname-override", e.Node,
 				// Its default -999 would shield it from the OOM killer on a shared machine.
 				"--oom-score-adj=0",
 			}
-			argv = append(argv, sharedFlags...)
-			if e.MinSyncPeriod != "" {
-				// The flag's name is historical: it sets the nftables mode's, too.
-				argv = append(argv, "--iptables-min-sync-period="+e.MinSyncPeriod)
-			}
-			return argv
 		},
+		// The flag's name is historical: it sets the nftables mode's, too.
+		MinSyncPeriodFlag: "--iptables-min-sync-period",
 		Layout: func(mode string) layout {
 			if mode == modeIPTables {
 				return layout{

@@ -75,7 +75,7 @@ func (r *run) do(ctx context.Context) (res result, made []change, err error) {
 		return res, nil, err
 	}
 	defer logf.Close()
-	argv := append([]string{r.Binary}, r.Prog.Argv(r.Mode, r.Env)...)
+	argv := append([]string{r.Binary}, r.Prog.argv(r.Mode, r.Env)...)
 	fmt.Fprintf(logf, "--- in %s: %s\n", r.NS.Name, strings.Join(argv, " "))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/board/debian"
 )
 
@@ -21,16 +20,10 @@ const (
 	BuildInfoFile = "build.json"
 )
 
-// FirmwareSpec says what firmware to build: Spec without the kernel, which BuildFirmware
-// fetches, plus where the kernel cache and the output are. The fields mean what Spec's do.
+// FirmwareSpec says what firmware to build: the initramfs's Spec, whose Kernel stays unset
+// (BuildFirmware fetches the board's), plus where the kernel cache and the output are.
 type FirmwareSpec struct {
-	Board      board.Board
-	Init       string
-	Config     string
-	Manifests  string
-	TestBinary string
-	TestArgs   []string
-	UpdateKeys []string
+	Spec
 	// CacheDir holds unpacked kernel packages between builds (out/kernels).
 	CacheDir string
 	// OutDir receives vmlinuz, initramfs.cpio.gz and build.json.
@@ -85,15 +78,16 @@ func (f Firmware) Initramfs() string { return filepath.Join(f.Dir, InitramfsFile
 // builds the initramfs and writes both with build.json into spec.OutDir.
 func BuildFirmware(ctx context.Context, log *slog.Logger, spec FirmwareSpec) (Firmware, error) {
 	b := spec.Board
+	if spec.Kernel != (debian.Kernel{}) {
+		return Firmware{}, fmt.Errorf("board %s: a firmware build fetches its kernel; Spec.Kernel must be unset", b.Name)
+	}
 	kernel, err := debian.Fetch(ctx, log, b.Arch, b.Kernel, spec.CacheDir)
 	if err != nil {
 		return Firmware{}, fmt.Errorf("board %s: kernel: %w", b.Name, err)
 	}
 	log.Info("kernel", "board", b.Name, "package", kernel.Package, "version", kernel.Version, "release", kernel.Release)
-	im, mods, err := Build(Spec{
-		Board: b, Kernel: kernel, Init: spec.Init, Config: spec.Config, Manifests: spec.Manifests,
-		TestBinary: spec.TestBinary, TestArgs: spec.TestArgs, UpdateKeys: spec.UpdateKeys,
-	})
+	spec.Kernel = kernel
+	im, mods, err := Build(spec.Spec)
 	if err != nil {
 		return Firmware{}, fmt.Errorf("board %s: %w", b.Name, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
@@ -320,13 +319,7 @@ func ipNet(p netip.Prefix) *net.IPNet {
 // (addresses in hex), as ipvsadm -Lnc would list it; it explains a failed probe that
 // nothing else shows.
 func (h *Host) IPVSConnections() (string, error) {
-	var conns []byte
-	err := h.Do(func() error {
-		var err error
-		// /proc/net is the process's namespace; thread-self's is this thread's.
-		conns, err = os.ReadFile("/proc/thread-self/net/ip_vs_conn")
-		return err
-	})
+	conns, err := h.ReadProcNet("ip_vs_conn")
 	if err != nil {
 		return "", fmt.Errorf("IPVS connections of %s: %w", h.Name, err)
 	}

@@ -166,8 +166,8 @@ type built struct {
 	stops []func() error
 }
 
-// build creates the namespaces of hosts, wires them, waits until every link is up and
-// starts the backends. On error it removes what it made.
+// build creates the namespaces of hosts, turns off IPv6 duplicate address detection in
+// them, wires them, waits until every link is up and starts the backends. On error it removes what it made.
 func build(what string, hosts []*Host, wire func() error, backends []*Host) (b *built, err error) {
 	b = &built{what: what, hosts: hosts}
 	defer func() {
@@ -186,6 +186,12 @@ func build(what string, hosts []*Host, wire func() error, backends []*Host) (b *
 			return b, err
 		}
 		h.ns = ns
+	}
+	// Without duplicate address detection, an IPv6 address is usable as soon as it is added.
+	for _, h := range hosts {
+		if err := h.Sysctl("net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"); err != nil {
+			return b, fmt.Errorf("build %s: %w", what, err)
+		}
 	}
 	if err := wire(); err != nil {
 		return b, fmt.Errorf("build %s: %w", what, err)

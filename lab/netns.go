@@ -105,3 +105,15 @@ func (h *Host) ReadSysctl(name string) (string, error) {
 	}
 	return string(bytes.TrimSpace(v)), nil
 }
+
+// ReadProcNet reads /proc/net/NAME ("ip_vs", "ip_vs_conn") as h's namespace has it.
+func (h *Host) ReadProcNet(name string) ([]byte, error) {
+	var data []byte
+	err := h.Do(func() error {
+		var err error
+		// /proc/net is the process's namespace; thread-self's is this thread's.
+		data, err = os.ReadFile(filepath.Join("/proc/thread-self/net", name))
+		return err
+	})
+	return data, err
+}

@@ -102,11 +102,6 @@ func (s *Site) Hosts() []*Host {
 func GatewayBackIPv4(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 210, 1, byte(i + 1)}) }
 
 func (s *Site) wire() error {
-	for _, h := range s.Hosts() {
-		if err := h.Sysctl("net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"); err != nil {
-			return err
-		}
-	}
 	sw, err := openLinks(s.Switch)
 	if err != nil {
 		return err
@@ -150,21 +145,12 @@ func (s *Site) wire() error {
 		return sw.err
 	}
 	for _, h := range append([]*Host{s.Client, s.Upstream}, s.Backends...) {
-		n, err := openLinks(h)
-		if err != nil {
+		if err := wireLeaf(h); err != nil {
 			return err
-		}
-		n.up("lo")
-		n.addrs("eth0", h.IPv4.String()+"/24", h.IPv6.String()+"/64")
-		n.up("eth0")
-		n.close()
-		if n.err != nil {
-			return n.err
 		}
 	}
 	for i, g := range s.Gateways {
-		if err := g.Sysctl("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
-			"net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"); err != nil {
+		if err := forwardAsGateway(g); err != nil {
 			return err
 		}
 		n, err := openLinks(g)

@@ -14,15 +14,7 @@ import (
 // namespace and their peers made straight in the other namespaces, so nothing ever
 // appears in the root namespace.
 func (l *Lab) wire() error {
-	for _, h := range l.Hosts() {
-		if err := h.Sysctl("net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"); err != nil {
-			return err
-		}
-	}
-	// ICMP errors (rejects, unreachables) are rate-limited per peer by default: a test that
-	// probes a rejected service a few times in a row would see timeouts instead.
-	if err := l.Gateway.Sysctl("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
-		"net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"); err != nil {
+	if err := forwardAsGateway(l.Gateway); err != nil {
 		return err
 	}
 	gw, err := openLinks(l.Gateway)
@@ -77,24 +69,33 @@ func (l *Lab) wire() error {
 		}{b, BridgeIPv4, BridgeIPv6})
 	}
 	for _, leaf := range leaves {
-		if err := wireLeaf(leaf.h, 24, leaf.via4, leaf.via6); err != nil {
+		if err := wireLeaf(leaf.h, leaf.via4, leaf.via6); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// wireLeaf addresses a leaf namespace's eth0 and routes everything via the gateway.
-func wireLeaf(h *Host, bits int, via4, via6 netip.Addr) error {
+// forwardAsGateway makes h forward IPv4 and IPv6 as a gateway does. ICMP errors (rejects,
+// unreachables) are rate-limited per peer by default: a test that probes a rejected service
+// a few times in a row would see timeouts instead, so the limit is off.
+func forwardAsGateway(h *Host) error {
+	return h.Sysctl("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
+		"net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0")
+}
+
+// wireLeaf addresses a leaf namespace's eth0 (its IPv4 in a /24, its IPv6 in a /64) and
+// routes everything via the given gateway addresses, if any.
+func wireLeaf(h *Host, via ...netip.Addr) error {
 	n, err := openLinks(h)
 	if err != nil {
 		return err
 	}
 	defer n.close()
 	n.up("lo")
-	n.addrs("eth0", fmt.Sprintf("%s/%d", h.IPv4, bits), h.IPv6.String()+"/64")
+	n.addrs("eth0", h.IPv4.String()+"/24", h.IPv6.String()+"/64")
 	n.up("eth0")
-	n.defaultRoutes(via4, via6)
+	n.defaultRoutes(via...)
 	return n.err
 }
 

@@ -84,7 +84,7 @@ func TestFirmwareBoot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		releaseSpec := initramfs.FirmwareSpec{Board: b, Init: filepath.Join(fw.Dir, "init"), CacheDir: cache, OutDir: t.TempDir()}
+		releaseSpec := initramfs.FirmwareSpec{Spec: initramfs.Spec{Board: b, Init: filepath.Join(fw.Dir, "init")}, CacheDir: cache, OutDir: t.TempDir()}
 		release, err := initramfs.BuildFirmware(ctx, log, releaseSpec)
 		if err != nil {
 			t.Fatal(err)

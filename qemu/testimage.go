@@ -58,8 +58,11 @@ func BuildTestImage(ctx context.Context, log *slog.Logger, dir string, img TestI
 		}
 	}
 	return initramfs.BuildFirmware(ctx, log, initramfs.FirmwareSpec{
-		Board: img.Board, Init: initBin, Config: img.Config, Manifests: img.Manifests,
-		TestBinary: testBin, TestArgs: img.TestArgs, UpdateKeys: img.UpdateKeys, CacheDir: cache, OutDir: dir,
+		Spec: initramfs.Spec{
+			Board: img.Board, Init: initBin, Config: img.Config, Manifests: img.Manifests,
+			TestBinary: testBin, TestArgs: img.TestArgs, UpdateKeys: img.UpdateKeys,
+		},
+		CacheDir: cache, OutDir: dir,
 	})
 }
 

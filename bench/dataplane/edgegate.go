@@ -226,13 +226,7 @@ func programmedServices(gw node, mode string) (int, error) {
 		}
 		return n, nil
 	case "ipvs":
-		var table []byte
-		err := gw.Do(func() error {
-			var err error
-			// /proc/net is the process's namespace; thread-self's is this thread's.
-			table, err = os.ReadFile("/proc/thread-self/net/ip_vs")
-			return err
-		})
+		table, err := gw.ReadProcNet("ip_vs")
 		if err != nil {
 			return 0, fmt.Errorf("IPVS table of %s: %w", gw.Name, err)
 		}

@@ -131,15 +131,7 @@ const maxKeyFile = 1 << 10
 
 // ReadPublicKeyFile reads and parses a public key file.
 func ReadPublicKeyFile(path string) (PublicKey, error) {
-	data, err := readKeyFile(path)
-	if err != nil {
-		return PublicKey{}, err
-	}
-	k, err := ParsePublicKey(data)
-	if err != nil {
-		return PublicKey{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return k, nil
+	return readKeyFile(path, ParsePublicKey)
 }
 
 // ReadPrivateKeyFile reads and parses a private key file. Like ssh, it refuses a file that
@@ -152,29 +144,28 @@ func ReadPrivateKeyFile(path string) (PrivateKey, error) {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return PrivateKey{}, fmt.Errorf("%s: mode %04o, want 0600 (no access for group or others): %w", path, perm, ErrBadKey)
 	}
-	data, err := readKeyFile(path)
-	if err != nil {
-		return PrivateKey{}, err
-	}
-	k, err := ParsePrivateKey(data)
-	if err != nil {
-		return PrivateKey{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return k, nil
+	return readKeyFile(path, ParsePrivateKey)
 }
 
-func readKeyFile(path string) ([]byte, error) {
+// readKeyFile reads a key file of at most maxKeyFile bytes and parses it, naming the file
+// in a parse error.
+func readKeyFile[K any](path string, parse func([]byte) (K, error)) (K, error) {
+	var none K
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("key file: %w", err)
+		return none, fmt.Errorf("key file: %w", err)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("key file %s: %w", path, err)
+		return none, fmt.Errorf("key file %s: %w", path, err)
 	}
 	if len(data) > maxKeyFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes: %w", path, maxKeyFile, ErrBadKey)
+		return none, fmt.Errorf("%s: larger than %d bytes: %w", path, maxKeyFile, ErrBadKey)
 	}
-	return data, nil
+	k, err := parse(data)
+	if err != nil {
+		return none, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
 }

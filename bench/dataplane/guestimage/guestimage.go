@@ -69,7 +69,7 @@ func Build(ctx context.Context, s Spec) (initramfs.Firmware, error) {
 		}
 	}
 	return initramfs.BuildFirmware(ctx, slog.New(slog.NewTextHandler(s.Log, nil)), initramfs.FirmwareSpec{
-		Board: s.Board, Init: init, Manifests: s.Manifests, TestBinary: program, TestArgs: s.ProgramArgs,
+		Spec:     initramfs.Spec{Board: s.Board, Init: init, Manifests: s.Manifests, TestBinary: program, TestArgs: s.ProgramArgs},
 		CacheDir: filepath.Join(root, "out", "kernels"), OutDir: filepath.Join(s.Dir, "firmware"),
 	})
 }

@@ -74,8 +74,10 @@ func run(args []string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	fw, err := initramfs.BuildFirmware(ctx, log, initramfs.FirmwareSpec{
-		Board: b, Init: *initBin, Config: *config, Manifests: *manifests,
-		TestBinary: *testBin, TestArgs: strings.Fields(*testArgs), UpdateKeys: updateKeys,
+		Spec: initramfs.Spec{
+			Board: b, Init: *initBin, Config: *config, Manifests: *manifests,
+			TestBinary: *testBin, TestArgs: strings.Fields(*testArgs), UpdateKeys: updateKeys,
+		},
 		CacheDir: *cache, OutDir: *out,
 	})
 	if err != nil {

@@ -114,10 +114,7 @@ func sliceMoves(t *testing.T, e *env) {
 // gatewayNode: the gateway's Node as it registers it, and its Lease renewed.
 func gatewayNode(t *testing.T, e *env) {
 	nodes := e.admin.CoreV1().Nodes()
-	eventually(t, 60*time.Second, "the gateway's Node Ready", func() (bool, string) {
-		c, state := e.gatewayReady(t)
-		return c.Status == v1.ConditionTrue && c.Reason == node.ReasonReady, state
-	})
+	e.waitGatewayReady(t, 60*time.Second, "the gateway's Node Ready", v1.ConditionTrue, node.ReasonReady)
 	n, err := nodes.Get(t.Context(), lab.GatewayNodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -225,10 +222,7 @@ func drain(t *testing.T, e *env) {
 		hz := getHealthz(l, "/healthz")
 		return hz.code == 503 && strings.Contains(hz.body, `"nodeEligible":false`), hz.String()
 	})
-	eventually(t, 60*time.Second, "draining: the Node not ready, reason Draining", func() (bool, string) {
-		c, state := e.gatewayReady(t)
-		return c.Status == v1.ConditionFalse && c.Reason == node.ReasonDraining, state
-	})
+	e.waitGatewayReady(t, 60*time.Second, "draining: the Node not ready, reason Draining", v1.ConditionFalse, node.ReasonDraining)
 	// Draining steers load balancers away; it does not stop forwarding.
 	follows(t, l.Client, "a draining gateway still forwards", "10.96.10.21:80", "", b1, b3)
 	if hz := getHealthz(l, "/livez"); hz.code != 200 {
@@ -238,14 +232,8 @@ func drain(t *testing.T, e *env) {
 	e.updateNode(t, lab.GatewayNodeName, false, func(n *v1.Node) {
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tt v1.Taint) bool { return tt.Key == toBeDeletedTaint })
 	})
-	eventually(t, 60*time.Second, "taint removed: /healthz 200", func() (bool, string) {
-		hz := getHealthz(l, "/healthz")
-		return hz.code == 200, hz.String()
-	})
-	eventually(t, 60*time.Second, "taint removed: the Node Ready", func() (bool, string) {
-		c, state := e.gatewayReady(t)
-		return c.Status == v1.ConditionTrue, state
-	})
+	waitHealthz(t, l, 60*time.Second, "taint removed: /healthz 200", "/healthz", 200)
+	e.waitGatewayReady(t, 60*time.Second, "taint removed: the Node Ready", v1.ConditionTrue, "")
 }
 
 // podRoutes: other Nodes' pod CIDRs are routed via their InternalIPs (proto 69) as Nodes come,
@@ -325,10 +313,7 @@ func outage(t *testing.T, e *env) {
 	}
 
 	e.c.Stop()
-	eventually(t, 60*time.Second, "the lost link on /healthz/cluster", func() (bool, string) {
-		hz := getHealthz(l, "/healthz/cluster")
-		return hz.code == 503, hz.String()
-	})
+	waitHealthz(t, l, 60*time.Second, "the lost link on /healthz/cluster", "/healthz/cluster", 503)
 	metricIs(t, l, "edgegate_cluster_api_reachable", 0)
 	if hz := getHealthz(l, "/healthz"); hz.code != 200 {
 		t.Errorf("/healthz during the outage: %v; want 200 (the gateway still forwards)", hz)
@@ -356,10 +341,7 @@ func outage(t *testing.T, e *env) {
 	heal()
 	follows(t, l.Client, "after the outage: steady follows what changed meanwhile", "10.96.10.30:80", "10.96.10.30:53", b3)
 	follows(t, l.Client, "after the outage: arrived, created meanwhile, answers", "10.96.10.31:80", "10.96.10.31:53", b1)
-	eventually(t, 90*time.Second, "/healthz/cluster 200 again", func() (bool, string) {
-		hz := getHealthz(l, "/healthz/cluster")
-		return hz.code == 200, hz.String()
-	})
+	waitHealthz(t, l, 90*time.Second, "/healthz/cluster 200 again", "/healthz/cluster", 200)
 	metricIs(t, l, "edgegate_cluster_api_reachable", 1)
 	metricIs(t, l, "edgegate_cluster_synced", 1)
 	if hz := getHealthz(l, "/healthz"); hz.code != 200 {
@@ -377,10 +359,7 @@ func offlineFirst(t *testing.T, e *env, d *labtest.Daemon) {
 	routesAre(t, l, "worker-9's pod CIDR routed", others, nineRoute)
 
 	d.Stop(t)
-	eventually(t, 30*time.Second, "SIGTERM: the Node not ready, reason Shutdown", func() (bool, string) {
-		c, state := e.gatewayReady(t)
-		return c.Status == v1.ConditionFalse && c.Reason == node.ReasonShutdown, state
-	})
+	e.waitGatewayReady(t, 30*time.Second, "SIGTERM: the Node not ready, reason Shutdown", v1.ConditionFalse, node.ReasonShutdown)
 	// A clean stop writes the newest state, even within the cache's 30 s write spacing.
 	st, err := cache.NewFile(e.stateDir).Load()
 	if err != nil {
@@ -428,14 +407,8 @@ func offlineFirst(t *testing.T, e *env, d *labtest.Daemon) {
 		line, ok := d2.LogLine("synced with the API server", "replacedCache=true")
 		return ok, line
 	})
-	eventually(t, 60*time.Second, "/healthz/cluster 200 again", func() (bool, string) {
-		hz := getHealthz(l, "/healthz/cluster")
-		return hz.code == 200, hz.String()
-	})
-	eventually(t, 60*time.Second, "the Node Ready again", func() (bool, string) {
-		c, state := e.gatewayReady(t)
-		return c.Status == v1.ConditionTrue, state
-	})
+	waitHealthz(t, l, 60*time.Second, "/healthz/cluster 200 again", "/healthz/cluster", 200)
+	e.waitGatewayReady(t, 60*time.Second, "the Node Ready again", v1.ConditionTrue, "")
 	d2.Stop(t)
 }
 

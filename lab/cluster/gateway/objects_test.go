@@ -203,12 +203,17 @@ func readyCondition(n *v1.Node) v1.NodeCondition {
 	return n.Status.Conditions[i]
 }
 
-// gatewayReady reports the gateway Node's Ready condition as status/reason, or the error.
-func (e *env) gatewayReady(t *testing.T) (v1.NodeCondition, string) {
-	n, err := e.admin.CoreV1().Nodes().Get(t.Context(), lab.GatewayNodeName, metav1.GetOptions{})
-	if err != nil {
-		return v1.NodeCondition{}, err.Error()
-	}
-	c := readyCondition(n)
-	return c, fmt.Sprintf("Ready=%s reason %s (%s)", c.Status, c.Reason, c.Message)
+// waitGatewayReady waits until the gateway Node's Ready condition has status and, unless
+// reason is "", reason.
+func (e *env) waitGatewayReady(t *testing.T, within time.Duration, what string, status v1.ConditionStatus, reason string) {
+	t.Helper()
+	eventually(t, within, what, func() (bool, string) {
+		n, err := e.admin.CoreV1().Nodes().Get(t.Context(), lab.GatewayNodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := readyCondition(n)
+		state := fmt.Sprintf("Ready=%s reason %s (%s)", c.Status, c.Reason, c.Message)
+		return c.Status == status && (reason == "" || c.Reason == reason), state
+	})
 }

@@ -139,6 +139,15 @@ func getHealthz(l *lab.Lab, path string) healthz {
 	return healthz{code: code, body: body}
 }
 
+// waitHealthz waits until the gateway's health server answers path with code.
+func waitHealthz(t *testing.T, l *lab.Lab, within time.Duration, what, path string, code int) {
+	t.Helper()
+	eventually(t, within, what, func() (bool, string) {
+		hz := getHealthz(l, path)
+		return hz.code == code, hz.String()
+	})
+}
+
 // metric returns the value of an unlabelled series of the daemon's /metrics.
 func metric(l *lab.Lab, name string) (float64, error) {
 	code, body, err := l.Gateway.Fetch("http://127.0.0.1:10249/metrics")
