@@ -18,7 +18,7 @@ FUZZTIME  ?= 40000x
 PURE      := ./daemon/app/... ./daemon/model/... ./daemon/plan/... ./daemon/runner/... ./daemon/metrics/... \
              ./daemon/healthz/... ./daemon/healthcheck/... ./daemon/source/... ./daemon/dashboard/... \
              ./daemon/lb/pool/... ./daemon/update ./firmware/... ./daemon/listener/... ./daemon/view/... \
-             ./daemon/internal/layering
+             ./daemon/internal/layering ./daemon/internal/fault/...
 # Real kernel state in network namespaces the tests create (test-netns; lab's cluster part
 # is the cluster tier's).
 NETNS     := ./daemon/kernel/... ./daemon/proxy/... ./daemon/lb ./daemon/lb/member/... ./daemon/lb/announce/...
@@ -68,6 +68,7 @@ test: deps-test vet test-unit fuzz test-netns test-cluster test-firmware
 # ./... skips testdata: the guest test programs the QEMU tests build are vetted by name.
 vet:
 	$(GO) vet ./... $(addprefix ./,$(wildcard qemu/testdata/*/))
+	$(GO) vet -tags egfault ./daemon/internal/fault/...
 	# bench/ is a module of its own over this checkout: a change here must not break it.
 	cd bench && $(GO) vet ./...
 	@out=$$(gofmt -l daemon lab board initramfs qemu firmware bench); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
@@ -75,8 +76,10 @@ vet:
 	@GO="$(GO)" hack/no-testing.sh
 	@GO="$(GO)" hack/tiers.sh $(PURE) $(NETNS) ./lab/... ./daemon/node/... ./daemon/lb/alloc/... ./daemon/update/rollout/... ./board/... ./initramfs/... ./daemon/pid1/... ./qemu/...
 
+# The fault hook's injections exist only in test images, built with the tag egfault.
 test-unit:
 	$(GO) test -race -count=1 $(PURE)
+	$(GO) test -race -count=1 -tags egfault ./daemon/internal/fault/...
 
 # Short coverage-guided runs of every fuzz target (their seed corpora also run in test-unit).
 fuzz:
