@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -356,6 +357,7 @@ func (d *Dashboard) Run(ctx context.Context) {
 		failed[what] = err != nil
 	}
 	for {
+		fault.Point(fault.DashboardSampler)
 		began := time.Now()
 		d.mu.Lock()
 		snap, cluster, lb := d.snap, d.cluster, d.lb

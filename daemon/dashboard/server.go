@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
@@ -185,8 +186,12 @@ func (d *Dashboard) serveWS(w http.ResponseWriter, r *http.Request) {
 		defer close(gone)
 		conn.SetReadLimit(512)
 		_ = conn.SetReadDeadline(time.Now().Add(d.opts.PongWait))
-		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(d.opts.PongWait)) })
+		conn.SetPongHandler(func(string) error {
+			fault.Point(fault.DashboardWebsocket)
+			return conn.SetReadDeadline(time.Now().Add(d.opts.PongWait))
+		})
 		for {
+			fault.Point(fault.DashboardWebsocket)
 			if _, _, err := conn.NextReader(); err != nil {
 				return
 			}

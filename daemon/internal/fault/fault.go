@@ -29,19 +29,19 @@ const (
 // The points, one per goroutine family of the daemon. An informer handler's point runs
 // only when the informer delivers a change: its doc says which changes make it run.
 const (
-	// Sync is the proxy's sync loop (daemon/app): it runs at every sync.
+	// Sync is the proxy's sync loop, at every sync (its Point is in daemon/app).
 	Sync = "sync"
-	// Update is the update manager (daemon/app).
+	// Update is the update manager (its Point is in daemon/app).
 	Update = "update"
 	// ClusterInformer is the cluster source's informer handlers (daemon/source/cluster):
-	// every add, update or delete of a Service or an EndpointSlice, and every change of a
-	// Node that routes or topology read.
+	// every add or update of a Service or an EndpointSlice (annotating a Service will do).
 	ClusterInformer = "cluster-informer"
 	// DashboardSampler is the dashboard's sampler loop (daemon/dashboard): every
 	// Interval (1 s), or more rarely when reading the counters is slow.
 	DashboardSampler = "dashboard-sampler"
 	// DashboardWebsocket is a websocket client's reader goroutine (daemon/dashboard): when
-	// a client connects, and at each of its pongs (every two thirds of PongWait, 20 s).
+	// a client connects, at each message it sends (the dashboard's page sends none) and at
+	// each of its pongs (every two thirds of PongWait, 20 s).
 	DashboardWebsocket = "dashboard-websocket"
 	// LBLeases is the LoadBalancer's node-Lease informer handler (daemon/lb/member
 	// LeaseWatch): every add or update of a Lease in kube-node-lease, i.e. each node's

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/daemon/lb/pool"
 )
 
@@ -280,6 +281,7 @@ func (c *Controller) lead(ctx context.Context) {
 	retry.Stop()
 	delay := time.Duration(0)
 	for {
+		fault.Point(fault.LBAlloc)
 		st := c.pools.State()
 		if err := c.sync(ctx, inf.GetStore(), st); err != nil && ctx.Err() == nil {
 			delay = min(max(2*delay, minRetry), maxRetry)

@@ -53,6 +53,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/daemon/kernel/l2"
 )
 
@@ -238,6 +239,7 @@ func (a *Announcer) Run(ctx context.Context) error {
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
 	for {
+		fault.Point(fault.LBAnnounce)
 		if next := a.announceDue(time.Now()); next.IsZero() {
 			due.Stop()
 		} else {

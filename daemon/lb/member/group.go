@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/daemon/kernel/link"
 )
 
@@ -256,6 +257,7 @@ func (g *Group) Run(ctx context.Context) error {
 	defer rejoin.Stop()
 	g.send()
 	for {
+		fault.Point(fault.LBHeartbeat)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 )
 
 // NodeLeaseNamespace holds the node Leases every gateway renews (kubelet's heartbeat).
@@ -87,6 +89,7 @@ func (w *LeaseWatch) Run(ctx context.Context, client kubernetes.Interface) {
 }
 
 func (w *LeaseWatch) observeAny(o any) {
+	fault.Point(fault.LBLeases)
 	if l, ok := o.(*coordinationv1.Lease); ok {
 		w.Observe(l)
 	}

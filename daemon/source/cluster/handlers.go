@@ -7,6 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 )
 
 func (s *Source) upsertService(o any) { upsert(s, o, s.sink.UpsertService) }
@@ -16,6 +18,7 @@ func (s *Source) deleteSlice(o any)   { remove[*discovery.EndpointSlice](s, o, s
 
 // upsert feeds an added or updated object to the sink's apply, when it is a T.
 func upsert[T any](s *Source, o any, apply func(T)) {
+	fault.Point(fault.ClusterInformer)
 	if t, ok := o.(T); ok {
 		s.feed(func() { apply(t) })
 	}

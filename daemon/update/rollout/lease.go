@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 )
 
 // A rollout's slots are maxUnavailable Leases, edgegate-rollout-<rollout>-<i>: a gateway
@@ -170,6 +172,7 @@ func (c *Controller) renew(rollout, name string) {
 				return
 			case <-tick.C:
 			}
+			fault.Point(fault.RolloutLease)
 			if err := c.renewOnce(ctx, name); err != nil {
 				if ctx.Err() != nil {
 					return
