@@ -176,8 +176,13 @@ func (s *Source) Run(ctx context.Context) {
 		if s.hasSynced(s.inf.nodes, s.inf.ownNode)() {
 			s.nodesGoLive()
 		}
-		s.loadCache()
-		s.markReady()
+		// Ready only with a whole state: the API server's (goLive marked it) or the cache's.
+		// With neither, nothing is programmed until the API server answers, so a daemon
+		// restarted before it ever saved a cache leaves the rules of its last run in place
+		// instead of syncing them away.
+		if s.loadCache() {
+			s.markReady()
+		}
 	}
 	wg.Go(func() {
 		if s.waitSynced(ctx, s.inf.services, s.inf.slices) {
@@ -246,20 +251,21 @@ func (s *Source) Link() Link {
 }
 
 // loadCache programs the sink from the cache file, for whatever the API server has not
-// delivered yet. A missing or unusable file is logged and otherwise ignored.
-func (s *Source) loadCache() {
+// delivered yet, and reports whether it did. A missing or unusable file is logged and
+// otherwise ignored.
+func (s *Source) loadCache() (loaded bool) {
 	if s.opts.Cache == nil {
 		s.log.Warn("no cluster state cache configured; nothing to program until the API server answers")
-		return
+		return false
 	}
 	st, err := s.opts.Cache.Load()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		s.log.Warn("no cluster state cache yet; nothing to program until the API server answers", "file", s.opts.Cache.Path())
-		return
+		return false
 	case err != nil:
-		s.log.Error("ignoring the cluster state cache", "file", s.opts.Cache.Path(), "err", err)
-		return
+		s.log.Error("ignoring the cluster state cache; nothing to program until the API server answers", "file", s.opts.Cache.Path(), "err", err)
+		return false
 	}
 	s.mu.Lock()
 	svcs, nodes := !s.live, !s.nodesLive
@@ -279,6 +285,7 @@ func (s *Source) loadCache() {
 	if nodes {
 		s.opts.NodesChanged()
 	}
+	return true
 }
 
 // goLive makes the sink hold exactly what the API server has and follow it from then on.

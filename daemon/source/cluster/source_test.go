@@ -176,7 +176,12 @@ func TestSourceIgnoresCorruptCache(t *testing.T) {
 	down.on.Store(true)
 	down.install(client)
 	s := start(t, client, Options{Cache: f, SyncTimeout: 50 * time.Millisecond}, nil)
-	waitReady(t, s.src)
+	waitFor(t, "the sync timeout", func() bool { return s.src.Link().LastError != "" })
+	select {
+	case <-s.src.Ready():
+		t.Fatal("ready from a corrupt cache")
+	case <-time.After(200 * time.Millisecond):
+	}
 	if got := s.sink.keys(); len(got) != 0 {
 		t.Errorf("a corrupt cache fed %v", got)
 	}
@@ -184,19 +189,31 @@ func TestSourceIgnoresCorruptCache(t *testing.T) {
 		t.Errorf("link says FromCache for a corrupt cache: %+v", lk)
 	}
 	down.on.Store(false)
+	waitReady(t, s.src)
 	waitFor(t, "the API's state", func() bool { return cmp.Equal(s.sink.keys(), []string{"svc default/web"}) })
 }
 
-func TestSourceWithoutCacheBecomesReadyEmpty(t *testing.T) {
+// TestSourceWithoutCacheWaitsForTheAPI: with neither the API server nor a cache there is no
+// whole state, so the source is not ready (nothing is programmed, and the rules a previous
+// run left keep forwarding) until the API server answers.
+func TestSourceWithoutCacheWaitsForTheAPI(t *testing.T) {
 	client := fake.NewClientset(web())
 	var down outage
 	down.on.Store(true)
 	down.install(client)
 	s := start(t, client, Options{Cache: cache.NewFile(filepath.Join(t.TempDir(), "none")), SyncTimeout: 50 * time.Millisecond}, nil)
-	waitReady(t, s.src)
+	waitFor(t, "the sync timeout's warning", func() bool { return !s.src.Link().Reachable && s.src.Link().LastError != "" })
+	select {
+	case <-s.src.Ready():
+		t.Fatal("ready with neither the API server nor a cache")
+	case <-time.After(200 * time.Millisecond):
+	}
 	if got := s.sink.keys(); len(got) != 0 || s.changed.Load() != 0 {
 		t.Errorf("with neither API nor cache: sink %v, %d Changed calls; want nothing", got, s.changed.Load())
 	}
+	down.on.Store(false)
+	waitReady(t, s.src)
+	waitFor(t, "the API's state", func() bool { return cmp.Equal(s.sink.keys(), []string{"svc default/web"}) })
 }
 
 func TestSourceSavesCache(t *testing.T) {
