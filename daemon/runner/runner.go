@@ -28,6 +28,7 @@ type Runner struct {
 	mu      sync.Mutex
 	pending bool      // a Trigger arrived since the last run started
 	retryAt time.Time // earliest requested retry; zero when none
+	inRun   time.Time // when the running call of fn started; zero between runs
 	wake    chan struct{}
 }
 
@@ -86,6 +87,14 @@ func (r *Runner) RetryAfter(d time.Duration) {
 	r.poke()
 }
 
+// Running returns when the run in progress started; ok is false between runs. A run that
+// never ends (a deadlocked sync) shows here as one that started long ago.
+func (r *Runner) Running() (since time.Time, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inRun, !r.inRun.IsZero()
+}
+
 func (r *Runner) poke() {
 	select {
 	case r.wake <- struct{}{}:
@@ -124,17 +133,21 @@ func (r *Runner) Run(ctx context.Context) {
 			continue
 		}
 
+		start := r.clk.Now()
 		r.mu.Lock()
 		r.pending = false
 		r.retryAt = time.Time{}
+		r.inRun = start
 		r.mu.Unlock()
-		start := r.clk.Now()
 		if full.Before(start) {
 			full = start
 		}
 		full = full.Add(r.minInterval) // the token this run takes
 		r.fn()
 		end := r.clk.Now()
+		r.mu.Lock()
+		r.inRun = time.Time{}
+		r.mu.Unlock()
 		earliest = r.nextStart(full, start, end)
 		periodicFrom = end
 	}

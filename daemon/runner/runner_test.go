@@ -303,3 +303,30 @@ func TestNewRejectsBadIntervals(t *testing.T) {
 		})
 	}
 }
+
+// TestRunningShowsARunInProgress: Running says when the run in progress started, and
+// nothing between runs.
+func TestRunningShowsARunInProgress(t *testing.T) {
+	inRun := make(chan struct{})
+	release := make(chan struct{})
+	h := newHarness(t, time.Second, 5*time.Second, time.Minute, func(h *harness, _ int) {
+		close(inRun)
+		<-release
+	})
+	if _, ok := h.r.Running(); ok {
+		t.Fatal("running before Run")
+	}
+	h.start()
+	h.clk.Advance(time.Second)
+	h.r.Trigger()
+	<-inRun
+	if since, ok := h.r.Running(); !ok || !since.Equal(t0.Add(time.Second)) {
+		t.Fatalf("Running() = %v, %v during the run started at t0+1s", since, ok)
+	}
+	close(release)
+	h.expectCall(t0.Add(time.Second))
+	h.expectIdle(t0.Add(time.Second + time.Minute))
+	if since, ok := h.r.Running(); ok {
+		t.Fatalf("Running() = %v after the run", since)
+	}
+}
