@@ -16,22 +16,32 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/app"
 	"github.com/edgegate/edgegate/daemon/pid1"
+	"github.com/edgegate/edgegate/daemon/update"
 )
 
 // version is set at build time (-ldflags -X main.version=...).
 var version = "dev"
 
 func main() {
-	if os.Getpid() == 1 {
-		// The firmware: edgegate is the machine's init (see daemon/pid1); never returns.
-		pid1.Main(func(m *pid1.Machine, args []string) (func(context.Context) error, error) {
-			cfg, err := app.ParseConfig(args)
-			m.SetLogLevel(cfg.LogLevel)
-			fw := app.FirmwareFor(m, cfg, err, version)
-			return func(ctx context.Context) error {
-				return app.Run(ctx, app.Options{Config: cfg, Version: version, Log: m.Log(), Firmware: fw})
-			}, err
+	switch {
+	case os.Getpid() == 1:
+		// The firmware: edgegate is the machine's init (see daemon/pid1); never returns. It
+		// runs the firmware's updater and starts this binary again as the daemon.
+		var cfg app.Config
+		pid1.Main(pid1.Daemon{
+			Check: func(m *pid1.Machine, args []string) error {
+				var err error
+				cfg, err = app.ParseConfig(args)
+				m.SetLogLevel(cfg.LogLevel)
+				return err
+			},
+			Updater: func(m *pid1.Machine, _ []string, err error) update.Updater {
+				return app.Updater(m, cfg, err, version)
+			},
 		})
+	case pid1.IsDaemon():
+		// The daemon as PID 1's child process.
+		os.Exit(app.Child(os.Args[1:], version))
 	}
 	cfg, err := app.ParseConfig(os.Args[1:])
 	if err != nil {

@@ -32,6 +32,9 @@ type TestImage struct {
 	// Version is stamped into /init as the daemon's version (-X main.version), what a
 	// release build does; empty leaves the daemon's "dev".
 	Version string
+	// Tags are build tags for /init: egfault compiles in the fault hook
+	// (daemon/internal/fault), which no shipped image has.
+	Tags []string
 }
 
 // BuildTestImage compiles the image's programs as static binaries for the board's arch
@@ -47,7 +50,11 @@ func BuildTestImage(ctx context.Context, log *slog.Logger, dir string, img TestI
 	if img.Version != "" {
 		ldflags += " -X main.version=" + img.Version
 	}
-	if err := goBuild(ctx, img.Board.Arch, "build", img.Init, initBin, "-ldflags="+ldflags); err != nil {
+	extra := []string{"-ldflags=" + ldflags}
+	if len(img.Tags) > 0 {
+		extra = append(extra, "-tags="+strings.Join(img.Tags, ","))
+	}
+	if err := goBuild(ctx, img.Board.Arch, "build", img.Init, initBin, extra...); err != nil {
 		return initramfs.Firmware{}, err
 	}
 	var testBin string

@@ -17,6 +17,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/pid1/ctl"
 	"github.com/edgegate/edgegate/daemon/plan"
 )
 
@@ -95,8 +96,14 @@ func Run(ctx context.Context, o Options) error {
 		us.start(ctx, u)
 	}
 	if fw != nil {
-		fw.health.set(daemonCheck(sl, cl))
-		defer fw.health.set(nil)
+		fw.health.set(daemonCheck(sl, cl), func() []ctl.Component {
+			return []ctl.Component{sl.liveness(fw.health.stuckAfter, time.Now())}
+		})
+		defer fw.health.set(nil, nil)
+		m.ObserveDaemonRuns(reasons(), fw.runs)
+		if fw.reports != nil {
+			go fw.reportLoop(ctx, log)
+		}
 	}
 
 	select {

@@ -14,10 +14,12 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 	"github.com/edgegate/edgegate/daemon/kernel/mgmt"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/pid1/ctl"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/daemon/runner"
@@ -142,6 +144,7 @@ func newSyncLoop(cfg Config, px *proxyPart, log *slog.Logger) *syncLoop {
 
 // sync is one run of the loop.
 func (s *syncLoop) sync(log *slog.Logger) {
+	fault.Point(fault.Sync)
 	if err := s.proxier.Sync(); err != nil {
 		log.Error("sync failed; the previous rules stay in place", "err", err)
 		s.runner.Retry()
@@ -161,6 +164,16 @@ func (s *syncLoop) sync(log *slog.Logger) {
 }
 
 // changed is what the source calls when the tracker's contents changed.
+// liveness is the sync loop's liveness: stuck once one sync has run longer than stuckAfter
+// (a deadlock, or a kernel that stopped answering).
+func (s *syncLoop) liveness(stuckAfter time.Duration, now time.Time) ctl.Component {
+	c := ctl.Component{Name: "sync", Live: true}
+	if since, ok := s.runner.Running(); ok && now.Sub(since) > stuckAfter {
+		c.Live, c.Detail = false, fmt.Sprintf("one sync has run for %v", now.Sub(since).Round(time.Second))
+	}
+	return c
+}
+
 func (s *syncLoop) changed() {
 	s.proxier.Queued()
 	s.runner.Trigger()

@@ -12,6 +12,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
+	"github.com/edgegate/edgegate/daemon/update"
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
@@ -126,7 +127,7 @@ type Dashboard struct {
 	drain       func(on bool) bool
 	drainState  DrainState
 	lb          func() any
-	updater     Updater
+	updater     update.Updater
 	views       view.Source // the recorded dataplane's, unless Options.Views
 	// next is the plane Rebind asks for; rebind wakes Start to serve it.
 	next   *Plane

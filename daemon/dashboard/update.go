@@ -1,10 +1,8 @@
 package dashboard
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -15,17 +13,8 @@ import (
 // KeyUpdate is the hub key of the firmware updater's status.
 const KeyUpdate = "update"
 
-// Updater is the firmware's A/B updater (daemon/update.Manager).
-type Updater interface {
-	Status() update.Status
-	Install(ctx context.Context, r io.Reader, req update.Request) (update.Attempt, error)
-	Activate() (update.Attempt, error)
-	Cancel(source string) (update.Attempt, error)
-	OnChange(fn func())
-}
-
 // ServeUpdates offers the firmware update actions and shows the updater's status.
-func (d *Dashboard) ServeUpdates(u Updater) {
+func (d *Dashboard) ServeUpdates(u update.Updater) {
 	d.mu.Lock()
 	d.updater = u
 	d.mu.Unlock()
@@ -33,7 +22,7 @@ func (d *Dashboard) ServeUpdates(u Updater) {
 	_ = d.hub.Set(KeyUpdate, u.Status())
 }
 
-func (d *Dashboard) updates(w http.ResponseWriter) (Updater, bool) {
+func (d *Dashboard) updates(w http.ResponseWriter) (update.Updater, bool) {
 	d.mu.Lock()
 	u := d.updater
 	d.mu.Unlock()

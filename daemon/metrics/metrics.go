@@ -283,3 +283,49 @@ func timestamp(t time.Time) float64 {
 	}
 	return unixSeconds(t)
 }
+
+// DaemonRuns is what PID 1 says of the daemon's runs in this boot, read when the metrics
+// are scraped.
+type DaemonRuns struct {
+	// Run is this process's run, from 1; 0 before PID 1 has answered.
+	Run int
+	// Restarts counts the runs that ended early, by reason.
+	Restarts map[string]int
+}
+
+// ObserveDaemonRuns registers the firmware's daemon metrics, read from runs at every scrape:
+// the run number and the restarts by reason, each reason of reasons shown even at zero, all
+// from one reading; none before PID 1 first answered (Run 0). Call it once, on the
+// firmware only.
+func (m *Metrics) ObserveDaemonRuns(reasons []string, runs func() DaemonRuns) {
+	m.reg.MustRegister(&runsCollector{reasons: reasons, runs: runs,
+		run: prometheus.NewDesc(namespace+"_daemon_run",
+			"This daemon process's run in this boot, from 1: PID 1 started it again after each early end", nil, nil),
+		restarts: prometheus.NewDesc(namespace+"_daemon_restarts_total",
+			"Runs of the daemon that ended early in this boot (PID 1 restarted it), by reason: panic, oom, hang or exit",
+			[]string{"reason"}, nil)})
+}
+
+// runsCollector turns PID 1's view of the daemon's runs into a gauge and a counter per
+// reason, from one reading so that a scrape never pairs a run with older counts.
+type runsCollector struct {
+	reasons       []string
+	runs          func() DaemonRuns
+	run, restarts *prometheus.Desc
+}
+
+func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.run
+	ch <- c.restarts
+}
+
+func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.runs()
+	if r.Run == 0 {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.run, prometheus.GaugeValue, float64(r.Run))
+	for _, reason := range c.reasons {
+		ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(r.Restarts[reason]), reason)
+	}
+}

@@ -195,3 +195,27 @@ func TestListenerConnections(t *testing.T) {
 		`edgegate_listener_connections_refused_total{listener="dashboard",reason="total"}`:    1,
 	})
 }
+
+// TestDaemonRuns: PID 1's counts show as counters per reason, zeros included, and only on
+// the firmware.
+func TestDaemonRuns(t *testing.T) {
+	m := New()
+	if _, ok := scrape(t, m)["edgegate_daemon_run"]; ok {
+		t.Fatal("daemon run series exist before ObserveDaemonRuns")
+	}
+	var runs DaemonRuns
+	m.ObserveDaemonRuns([]string{"panic", "oom", "hang", "exit"}, func() DaemonRuns { return runs })
+	for k := range scrape(t, m) {
+		if strings.HasPrefix(k, "edgegate_daemon_") {
+			t.Errorf("%s before PID 1 answered", k)
+		}
+	}
+	runs = DaemonRuns{Run: 3, Restarts: map[string]int{"panic": 1, "hang": 1}}
+	expect(t, scrape(t, m), map[string]float64{
+		"edgegate_daemon_run":                            3,
+		`edgegate_daemon_restarts_total{reason="panic"}`: 1,
+		`edgegate_daemon_restarts_total{reason="oom"}`:   0,
+		`edgegate_daemon_restarts_total{reason="hang"}`:  1,
+		`edgegate_daemon_restarts_total{reason="exit"}`:  0,
+	})
+}

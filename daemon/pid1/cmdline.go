@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/edgegate/edgegate/firmware/layout"
 )
@@ -23,6 +24,13 @@ type Cmdline struct {
 	// TestPanics is edgegate.test.panic=<n>: in a test image, the daemon panics n times,
 	// each after a sync, so a boot test can watch the supervisor restart it.
 	TestPanics int
+	// DaemonMemory is edgegate.daemon.memory=: the daemon's cgroup memory limit in bytes
+	// (a K, M or G suffix allowed); -1 for "max" (no limit); 0 when not given (see
+	// daemonMemoryLimit).
+	DaemonMemory int64
+	// DaemonHang is edgegate.daemon.hang=: how long the daemon may go without reporting, or
+	// with a part of it stuck, before PID 1 kills and restarts it; 0 when not given.
+	DaemonHang time.Duration
 	// Data is edgegate.data=: where the persistent data partition is; zero means the
 	// default search (see findDataPartition).
 	Data DataSpec
@@ -113,6 +121,20 @@ func ParseCmdline(s string) Cmdline {
 				continue
 			}
 			c.TestPanics = n
+		case "edgegate.daemon.memory":
+			n, err := parseBytes(value)
+			if err != nil {
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.daemon.memory=%s: %v", value, err))
+				continue
+			}
+			c.DaemonMemory = n
+		case "edgegate.daemon.hang":
+			d, err := time.ParseDuration(value)
+			if err != nil || d < time.Second {
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.daemon.hang=%s: not a duration of a second or more", value))
+				continue
+			}
+			c.DaemonHang = d
 		default:
 			// modprobe's rule: a dotted parameter names a module's parameter.
 			module, param, ok := strings.Cut(key, ".")

@@ -1,8 +1,9 @@
 // Package pid1 is what edgegate does as the machine's init (PID 1) on the edge gateway
 // firmware: it mounts the kernel's file systems, logs to the console and the kernel log,
 // loads the board's kernel modules, mounts the persistent data partition, brings up the
-// network, reaps orphans, feeds the hardware watchdog, supervises the daemon so that a panic never takes PID 1 (and the kernel) down,
-// runs a test image's test, and powers off or reboots cleanly.
+// network, reaps orphans, runs the firmware's updater, starts the daemon as its child process
+// in a cgroup of its own and starts it again when it ends (see child.go), feeds the hardware
+// watchdog while that helps, runs a test image's test, and powers off or reboots cleanly.
 //
 // The boot sequence is this file, top to bottom. Each step lives in a small file of its
 // own and reaches the machine through a small interface (System), so the sequence is
@@ -19,9 +20,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/pid1/ctl"
+	"github.com/edgegate/edgegate/daemon/update"
 )
 
 // System is everything outside the process that PID 1 acts on.
@@ -36,6 +41,8 @@ type System struct {
 	Links         LinkConfigurator
 	DHCP          DHCPClient
 	Power         Rebooter
+	// Spawn starts the daemon's process.
+	Spawn SpawnFunc
 }
 
 // Rebooter ends the machine.
@@ -56,7 +63,7 @@ func KernelSystem() System {
 	return System{
 		Root: "/", Console: os.Stdout, KernelRelease: release,
 		Mounts: kernelMounts{}, Modules: kernelModules{}, Links: &netlinkLinks{},
-		DHCP: nclient4DHCP{}, Power: kernelPower{},
+		DHCP: nclient4DHCP{}, Power: kernelPower{}, Spawn: spawnSelf(slog.Default()),
 	}
 }
 
@@ -107,6 +114,8 @@ type Machine struct {
 	watchdog       *os.File
 	supervisor     *Supervisor
 	timing         timing
+	// daemon is the daemon's process, once Main has started it.
+	daemon atomic.Pointer[daemonProc]
 
 	stopWatchdog context.CancelFunc
 	readyOnce    sync.Once
@@ -116,49 +125,81 @@ type Machine struct {
 	requests     chan action
 }
 
-// daemonComponent is the supervisor's name for the daemon Main starts.
-const daemonComponent = "daemon"
+// Supervisor names of the components Main runs for the daemon.
+const (
+	daemonComponent  = "daemon"
+	controlComponent = "control"
+)
 
-// Daemon builds the daemon's run function from its command-line arguments (the data
-// partition's or the image's config.yaml and the kernel's edgegate.flags, see daemonArgs). m is the machine it runs on: the
-// daemon calls m.Ready once its first sync has programmed the kernel, logs with m.Log, and
-// may ask for m.PowerOff or m.Reboot.
-type Daemon func(m *Machine, args []string) (run func(ctx context.Context) error, err error)
+// Daemon is how PID 1 runs the daemon: as its child process, this same binary started with
+// argv[0] DaemonArgv0 and the arguments daemonArgs builds (the data partition's or the
+// image's config.yaml, and the kernel's edgegate.flags).
+type Daemon struct {
+	// Check parses the daemon's arguments and says what is wrong with them; it may set the
+	// machine's log level from them.
+	Check func(m *Machine, args []string) error
+	// Updater builds the firmware's updater, which PID 1 runs and serves to the daemon over
+	// the control socket. It is called once per boot, also when Check refused the
+	// arguments (checkErr): a new firmware whose daemon cannot even start must still
+	// reboot at its trial deadline, so that the old slot comes back. nil: no updater.
+	Updater func(m *Machine, args []string, checkErr error) update.Updater
+}
 
-// Main is the whole life of PID 1: Boot, then the daemon under the supervisor until a
-// power-off or reboot. It never returns: when init exits the kernel panics. A boot that
-// fails on an essential step prints EDGEGATE-BOOT-FAILED and reboots.
-func Main(daemon Daemon) {
+// Main is the whole life of PID 1: Boot, then the daemon's process under the supervisor
+// until a power-off or reboot. It never returns: when init exits the kernel panics. A boot
+// that fails on an essential step prints EDGEGATE-BOOT-FAILED and reboots.
+func Main(d Daemon) {
 	sys := KernelSystem()
 	m, err := Boot(sys)
 	if err != nil {
 		bootFailed(sys, err)
 	}
-	var components []Component
-	if run, ok := m.startDaemon(daemon); ok {
-		components = append(components, Component{Name: daemonComponent, Run: run})
-	}
-	m.Run(context.Background(), components...)
+	m.Run(context.Background(), m.daemonComponents(d)...)
 	m.log.Error("the machine did not turn off; waiting for the watchdog or a hard reset")
 	for {
 		time.Sleep(time.Hour)
 	}
 }
 
-// startDaemon builds the daemon's run function from daemonArgs. When the data partition's
-// config.yaml is what the daemon refuses, the gateway falls back to the image's
+// daemonComponents are the daemon's process and the control socket it reports on; none
+// when even the image's configuration is refused.
+func (m *Machine) daemonComponents(d Daemon) []Component {
+	args, err := m.checkedDaemonArgs(d.Check)
+	var up update.Updater
+	if d.Updater != nil {
+		up = d.Updater(m, args, err)
+	}
+	if err != nil {
+		return nil
+	}
+	proc := m.newDaemonProc(args)
+	m.daemon.Store(proc)
+	srv := ctl.NewServer(proc, up, proc.isChild, m.log.With("component", controlComponent))
+	return []Component{
+		{Name: controlComponent, Run: func(ctx context.Context) error {
+			if err := os.MkdirAll(filepath.Dir(m.path(controlSocket)), 0o700); err != nil {
+				return err
+			}
+			l, err := ctl.Listen(m.path(controlSocket))
+			if err != nil {
+				return err
+			}
+			return srv.Serve(ctx, l)
+		}},
+		{Name: daemonComponent, Run: proc.runOnce},
+	}
+}
+
+// checkedDaemonArgs builds the daemon's arguments and checks them. When the data
+// partition's config.yaml is what the daemon refuses, the gateway falls back to the image's
 // configuration (logged by file, with the daemon's error naming the field) rather than run
 // no proxy at all: an operator's typo must not take the box off the network.
-func (m *Machine) startDaemon(daemon Daemon) (func(context.Context) error, bool) {
+func (m *Machine) checkedDaemonArgs(check func(*Machine, []string) error) ([]string, error) {
 	for {
 		args := m.daemonArgs()
-		var run func(context.Context) error
-		err := Protect(func() (err error) {
-			run, err = daemon(m, args)
-			return err
-		})
+		err := Protect(func() error { return check(m, args) })
 		if err == nil {
-			return run, true
+			return args, nil
 		}
 		if file, from, _ := m.daemonConfig(); from == "data partition" && !m.skipDataConfig {
 			m.log.Error("the data partition's daemon configuration is invalid; falling back to the image's", "file", file, "err", err)
@@ -166,7 +207,7 @@ func (m *Machine) startDaemon(daemon Daemon) (func(context.Context) error, bool)
 			continue
 		}
 		m.log.Error("the daemon's configuration is invalid; the daemon is not started", "args", args, "err", err)
-		return nil, false
+		return args, err
 	}
 }
 
@@ -279,16 +320,6 @@ func (m *Machine) Run(ctx context.Context, components ...Component) {
 		m.log.Warn("Ctrl-Alt-Del stays a hard reset", "err", err)
 	}
 
-	// The test runs once the daemon is ready, or at once when no component runs (the
-	// daemon could not be started) and nothing will ever be ready.
-	var testReady <-chan struct{}
-	if len(components) > 0 {
-		testReady = m.ready
-	}
-	if m.cmdline.Test && m.cmdline.TestPanics > 0 {
-		components, testReady = m.injectPanics(components, testReady)
-	}
-
 	cctx, stopComponents := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	supervise := func(c Component) {
@@ -300,6 +331,18 @@ func (m *Machine) Run(ctx context.Context, components ...Component) {
 	}
 	for _, c := range components {
 		supervise(c)
+	}
+	// The test runs once the daemon is ready (for edgegate.test.panic, once the run after
+	// its last panic is), or at once when no component runs (the daemon could not be
+	// started) and nothing will ever be ready.
+	var testReady <-chan struct{}
+	if len(components) > 0 {
+		testReady = m.ready
+	}
+	if d := m.daemon.Load(); d != nil && m.cmdline.TestPanics > 0 {
+		testReady = d.readyAfter(cctx, m.cmdline.TestPanics)
+	} else if m.cmdline.Test && m.cmdline.TestPanics > 0 {
+		m.log.Warn("edgegate.test.panic: no daemon runs; nothing to panic", "panics", m.cmdline.TestPanics)
 	}
 	for _, k := range m.leases {
 		supervise(Component{Name: "dhcp-" + k.dev, Run: k.run})

@@ -502,16 +502,16 @@ func TestBadDataConfigFallsBackToTheImage(t *testing.T) {
 	})
 	m := tm.boot()
 	var tried [][]string
-	daemon := func(_ *Machine, args []string) (func(context.Context) error, error) {
+	check := func(_ *Machine, args []string) error {
 		tried = append(tried, args)
 		for _, a := range args {
 			if strings.HasSuffix(a, dataConfigFile) {
-				return nil, errors.New("--proxy-mode: unknown mode \"nftabels\"")
+				return errors.New("--proxy-mode: unknown mode \"nftabels\"")
 			}
 		}
-		return func(context.Context) error { return nil }, nil
+		return nil
 	}
-	if _, ok := m.startDaemon(daemon); !ok {
+	if _, err := m.checkedDaemonArgs(check); err != nil {
 		t.Fatalf("the daemon was not started; tried %q", tried)
 	}
 	root := tm.sys.Root
@@ -526,12 +526,10 @@ func TestBadDataConfigFallsBackToTheImage(t *testing.T) {
 		t.Errorf("console lacks %s:\n%s", want, tm.console())
 	}
 
-	refused := func(*Machine, []string) (func(context.Context) error, error) {
-		return nil, errors.New("refused")
-	}
+	refused := func(*Machine, []string) error { return errors.New("refused") }
 	tm = newTestMachine(t, map[string]string{dataConfigFile: "x: 1\n"})
 	m = tm.boot()
-	if _, ok := m.startDaemon(refused); ok {
+	if cs := m.daemonComponents(Daemon{Check: refused}); cs != nil {
 		t.Fatal("a refused configuration started the daemon")
 	}
 	if want := `msg="the daemon's configuration is invalid; the daemon is not started"`; !strings.Contains(tm.console(), want) {

@@ -1,14 +1,10 @@
 package pid1
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -55,59 +51,4 @@ func (m *Machine) runTest() int {
 	m.console.marker("EDGEGATE-TEST-EXIT %d", code)
 	m.console.release()
 	return code
-}
-
-// injectPanics makes the daemon panic for edgegate.test.panic=<n>, so a boot test can
-// watch the supervisor restart it while PID 1 and the kernel's rules stay. It returns the
-// components with the daemon wrapped, and what the test waits for instead of ready: the
-// first sync of the daemon's run after its last panic.
-func (m *Machine) injectPanics(components []Component, ready <-chan struct{}) ([]Component, <-chan struct{}) {
-	i := slices.IndexFunc(components, func(c Component) bool { return c.Name == daemonComponent })
-	if i < 0 {
-		m.log.Warn("edgegate.test.panic: no daemon runs; nothing to panic", "panics", m.cmdline.TestPanics)
-		return components, ready
-	}
-	done := make(chan struct{})
-	components = slices.Clone(components)
-	components[i] = m.panicAfterSync(components[i], m.cmdline.TestPanics, done)
-	return components, done
-}
-
-// panicAfterSync wraps a component that calls Ready after its syncs: each of its first n
-// runs is stopped after its first sync, then the supervisor's goroutine panics in its
-// place, as a bug in the component would. The run after the last panic is left alone, and
-// done closes at its first sync.
-func (m *Machine) panicAfterSync(c Component, n int, done chan<- struct{}) Component {
-	panics := 0
-	var doneOnce sync.Once
-	return Component{Name: c.Name, Run: func(ctx context.Context) error {
-		// Taken before the run starts, so its first sync cannot be missed; the previous
-		// run has ended, so no sync of that one can close it.
-		synced := m.nextSync()
-		if panics >= n {
-			go func() {
-				select {
-				case <-synced:
-					doneOnce.Do(func() { close(done) })
-				case <-ctx.Done():
-				}
-			}()
-			return c.Run(ctx)
-		}
-		rctx, stop := context.WithCancel(ctx)
-		defer stop()
-		ended := make(chan error, 1)
-		go func() { ended <- Protect(func() error { return c.Run(rctx) }) }()
-		select {
-		case <-synced:
-		case err := <-ended:
-			// It stopped on its own (or the machine is stopping): the supervisor deals
-			// with that as without the injection.
-			return err
-		}
-		stop()
-		<-ended
-		panics++
-		panic(fmt.Sprintf("edgegate.test.panic: deliberate panic %d of %d after a sync", panics, n))
-	}}
 }

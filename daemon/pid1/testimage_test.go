@@ -98,58 +98,6 @@ func TestTestImageWithoutTestBinary(t *testing.T) {
 	}
 }
 
-// TestDaemonPanics: edgegate.test.panic=2 makes the daemon panic after each of its first two
-// syncs; the supervisor restarts it, the machine stays up, EDGEGATE-READY comes once, and
-// the test runs only after the third start has synced, so a test inside the guest sees a
-// restarted daemon (here the test reads the fake root's dev/kmsg, as a guest test would
-// read /dev/kmsg).
-func TestDaemonPanics(t *testing.T) {
-	tm := newTestMachine(t, map[string]string{
-		"/proc/cmdline": "edgegate.test=1 edgegate.test.panic=2",
-		testBinary: `#!/bin/sh
-panics=$(/bin/grep -c 'component panicked; restarting.*component=daemon' dev/kmsg)
-if [ "$panics" -eq 2 ] && /bin/grep -q 'msg=synced start=3' dev/kmsg; then
-	echo "saw 2 panics, then the third start synced"
-	exit 0
-fi
-echo "saw $panics panics"
-exit 1
-`,
-	})
-	m := tm.boot()
-	starts := 0
-	daemon := Component{Name: daemonComponent, Run: func(ctx context.Context) error {
-		starts++
-		m.Log().Info("synced", "start", starts)
-		m.Ready()
-		<-ctx.Done()
-		return nil
-	}}
-	wait := run(m, daemon)
-	<-tm.power.done
-	wait()
-	con := tm.console()
-	if got := between(con, "EDGEGATE-TEST-BEGIN", "EDGEGATE-TEST-EXIT 0\n"); got != "saw 2 panics, then the third start synced\n" {
-		t.Errorf("the guest test did not see the restarted daemon: %q\nconsole:\n%s", got, con)
-	}
-	if !strings.Contains(con, `panic="edgegate.test.panic: deliberate panic 2 of 2 after a sync"`) {
-		t.Errorf("the second panic is not logged:\n%s", con)
-	}
-	wantMarkers := "EDGEGATE-BOOT-START\nEDGEGATE-MODULES-LOADED n=0 failed=0\nEDGEGATE-READY\nEDGEGATE-TEST-BEGIN\nEDGEGATE-TEST-EXIT 0\nEDGEGATE-POWEROFF\n"
-	if diff := cmp.Diff(wantMarkers, tm.markers()); diff != "" {
-		t.Errorf("markers (-want +got):\n%s", diff)
-	}
-	var st ComponentStats
-	for _, c := range m.Components() {
-		if c.Name == daemonComponent {
-			st = c
-		}
-	}
-	if st.Panics != 2 || st.Restarts != 2 || starts != 3 {
-		t.Errorf("daemon stats %+v after %d starts, want 2 panics, 2 restarts, 3 starts", st, starts)
-	}
-}
-
 // TestPanicsWithoutDaemon: with no daemon to panic the test still runs, and the console
 // says why nothing panicked.
 func TestPanicsWithoutDaemon(t *testing.T) {

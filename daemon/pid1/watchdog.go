@@ -13,7 +13,7 @@ import (
 const watchdogDevice = "/dev/watchdog"
 
 // startWatchdog opens the hardware watchdog, when the board has one, and keeps it fed from
-// a goroutine until ctx ends. It is not essential: without one the machine runs
+// a goroutine until ctx ends, as long as feedable says so. It is not essential: without one the machine runs
 // unwatched. When ctx ends the pings stop but the device stays open and armed (closing
 // it would stop drivers without magic close), so a shutdown that hangs ends in a reset.
 func (m *Machine) startWatchdog(ctx context.Context) {
@@ -42,10 +42,17 @@ func (m *Machine) startWatchdog(ctx context.Context) {
 	go func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
+		starving := false
 		for {
-			if err := unix.IoctlWatchdogKeepalive(fd); err != nil {
-				m.log.Warn("hardware watchdog ping failed", "err", err)
+			switch fed := m.feedable(); {
+			case fed:
+				if err := unix.IoctlWatchdogKeepalive(fd); err != nil {
+					m.log.Warn("hardware watchdog ping failed", "err", err)
+				}
+			case !starving:
+				m.log.Error("restarting the daemon does not help; the hardware watchdog is no longer fed and resets the board", "within", timeout)
 			}
+			starving = !m.feedable()
 			select {
 			case <-ctx.Done():
 				return
@@ -53,4 +60,12 @@ func (m *Machine) startWatchdog(ctx context.Context) {
 			}
 		}
 	}()
+}
+
+// feedable says whether the watchdog may be fed: unless the daemon's restarts stopped
+// helping (see daemonProc.alive), and always when no daemon runs (a reset would not start
+// one).
+func (m *Machine) feedable() bool {
+	d := m.daemon.Load()
+	return d == nil || d.alive()
 }

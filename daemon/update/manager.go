@@ -98,6 +98,20 @@ type Request struct {
 	Activate bool
 }
 
+// Updater is what the dashboard and PID 1's control socket use of a Manager: its status and
+// its actions. The daemon under PID 1 reaches the Manager in PID 1 through one
+// (daemon/pid1/ctl's Client).
+type Updater interface {
+	Status() Status
+	Install(ctx context.Context, r io.Reader, req Request) (Attempt, error)
+	Activate() (Attempt, error)
+	Cancel(source string) (Attempt, error)
+	// OnChange calls fn after every change of the status.
+	OnChange(fn func())
+}
+
+var _ Updater = (*Manager)(nil)
+
 // Manager is the updater of one boot.
 type Manager struct {
 	opts Options

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/internal/fault"
 	"github.com/edgegate/edgegate/firmware/layout"
 )
 
@@ -23,6 +24,7 @@ func (m *Manager) Start(ctx context.Context) {
 	tick := time.NewTicker(healthPoll)
 	defer tick.Stop()
 	for {
+		fault.Point(fault.Update)
 		err := errors.New("no health check")
 		if m.opts.Health != nil {
 			err = m.opts.Health()

@@ -31,7 +31,9 @@ const (
 const (
 	// Sync is the proxy's sync loop, at every sync (its Point is in daemon/app).
 	Sync = "sync"
-	// Update is the update manager (its Point is in daemon/app).
+	// Update is the firmware's updater, which runs in PID 1's process: every request the
+	// daemon makes on the control socket (daemon/pid1/ctl; a report every second) and
+	// every health poll of a trial boot (daemon/update). PID 1 must outlive it.
 	Update = "update"
 	// ClusterInformer is the cluster source's informer handlers (daemon/source/cluster):
 	// every add or update of a Service or an EndpointSlice (annotating a Service will do).

@@ -45,17 +45,7 @@ const maxConnections = 40
 // namespace through the rules edgegate programmed in the guest's root namespace, and the
 // connections spread over both endpoints.
 func TestClusterIPTraffic(t *testing.T) {
-	root, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(root.Close)
-	for i, h := range append([]*host{client}, backends...) {
-		h.create(t, root, fmt.Sprintf("egt%d", i))
-	}
-	for _, b := range backends {
-		b.serve(t)
-	}
+	setUpHosts(t)
 
 	seen := map[string]int{}
 	for i := 0; i < maxConnections && len(seen) < len(backends); i++ {
@@ -70,6 +60,23 @@ func TestClusterIPTraffic(t *testing.T) {
 		if seen[b.name] == 0 {
 			t.Errorf("%s never answered in %d connections", b.name, maxConnections)
 		}
+	}
+}
+
+// setUpHosts creates the client and the backends (the client's veth is egt0-root in the
+// guest's root namespace) and starts the backends' servers, all until t's cleanup.
+func setUpHosts(t *testing.T) {
+	t.Helper()
+	root, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(root.Close)
+	for i, h := range append([]*host{client}, backends...) {
+		h.create(t, root, fmt.Sprintf("egt%d", i))
+	}
+	for _, b := range backends {
+		b.serve(t)
 	}
 }
 
