@@ -76,7 +76,7 @@ func TestFirmwareBoot(t *testing.T) {
 			Board:     b,
 			Init:      "github.com/edgegate/edgegate/daemon",
 			Test:      "github.com/edgegate/edgegate/qemu/testdata/firmwaretest",
-			TestArgs:  []string{"-test.v=test2json", "-test.timeout=2m", "-test.skip=^TestFaults$"},
+			TestArgs:  []string{"-test.v=test2json", "-test.timeout=2m", "-test.skip=^(TestFaults|TestWatchdogHang|TestWatchdogHealthy)$"},
 			Manifests: "testdata/firmwaretest/manifests",
 		})
 		// What a gateway boots: the same /init and modules without the test binary and

@@ -222,7 +222,7 @@ func bootFailed(sys System, err error) {
 }
 
 // Boot brings the machine up to a configured network: file systems, logging to the kernel
-// log, the reaper, the watchdog, the kernel command line (and its bootstrap token), modules,
+// log, the reaper, the kernel command line (and its bootstrap token), modules, the watchdog,
 // the persistent data partition, the EFI system partition, forwarding and network. Only a
 // failure of an essential step (a mount in the table marked so, or reading the command
 // line) returns an error; everything else is logged by name and boot goes on.
@@ -249,10 +249,6 @@ func Boot(sys System) (*Machine, error) {
 		return nil, err
 	}
 	m.attachKernelLog()
-	wctx, cancel := context.WithCancel(context.Background())
-	m.stopWatchdog = cancel
-	m.startWatchdog(wctx)
-
 	b, err := os.ReadFile(m.path("/proc/cmdline"))
 	if err != nil {
 		m.log.Error("boot failed", "err", err)
@@ -266,6 +262,10 @@ func Boot(sys System) (*Machine, error) {
 
 	mods := m.loadModules()
 	m.console.marker("EDGEGATE-MODULES-LOADED n=%d failed=%d", mods.Loaded, len(mods.Failed))
+	// After the modules: the watchdog's driver (softdog, i6300esb, iTCO_wdt) is one.
+	wctx, cancel := context.WithCancel(context.Background())
+	m.stopWatchdog = cancel
+	m.startWatchdog(wctx)
 	// None of these is essential, so mountAll returns no error.
 	more, _ := m.mountAll(moduleMountTable)
 	m.mounted = append(m.mounted, more...)
