@@ -33,7 +33,14 @@ function endpointState(e) {
 
 function renderFirmware() {
   const f = state.firmware || {};
-  $("firmware").textContent = `${f.version || "?"} · ${f.mode || "?"} mode · node ${f.node || "?"}`;
+  let text = `${f.version || "?"} · ${f.mode || "?"} mode · node ${f.node || "?"}`;
+  // On the firmware: PID 1 restarted the daemon this many times, by reason.
+  const d = state.daemon;
+  if (d && d.run > 1) {
+    const by = Object.entries(d.restarts || {}).filter(([, n]) => n > 0).map(([r, n]) => `${r} ${n}`).join(", ");
+    text += ` · daemon run ${d.run} (restarts: ${by}; last: ${d.lastExit || "?"})`;
+  }
+  $("firmware").textContent = text;
 }
 
 function renderCluster() {
@@ -236,7 +243,7 @@ async function updateSubmitted(ev) {
 
 const renderers = {
   loadBalancer: renderLB, update: renderUpdate,
-  drain: renderDrain, firmware: renderFirmware, cluster: renderCluster, services: renderServices,
+  drain: renderDrain, firmware: renderFirmware, daemon: renderFirmware, cluster: renderCluster, services: renderServices,
   traffic: () => { onTraffic(); renderServices(); }, syncs: renderSyncs, network: renderNetwork, logs: renderLogs,
 };
 const limits = { syncs: 120, logs: 500 };

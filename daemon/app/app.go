@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/kernel/mgmt"
@@ -102,7 +103,11 @@ func Run(ctx context.Context, o Options) error {
 		defer fw.health.set(nil, nil)
 		m.ObserveDaemonRuns(reasons(), fw.runs)
 		if fw.reports != nil {
-			go fw.reportLoop(ctx, log)
+			var show func(dashboard.DaemonRuns)
+			if mg.dash != nil {
+				show = mg.dash.SetDaemonRuns
+			}
+			go fw.reportLoop(ctx, log, show)
 		}
 	}
 

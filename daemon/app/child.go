@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/metrics"
 	"github.com/edgegate/edgegate/daemon/pid1"
 	"github.com/edgegate/edgegate/daemon/pid1/ctl"
@@ -100,10 +101,10 @@ func readyForwarder(ctx context.Context, c *ctl.Client, testPanic string, log *s
 }
 
 // reportLoop reports the daemon's health and liveness to PID 1 every ctl.ReportInterval,
-// until ctx ends, and keeps PID 1's answer for the metrics. At the first answer of a run
-// after the first it logs how the previous run ended, with that run's last output, so the
-// dashboard's log shows why the daemon restarted.
-func (fw *Firmware) reportLoop(ctx context.Context, log *slog.Logger) {
+// until ctx ends, and keeps PID 1's answer for the metrics. At the first answer it shows the
+// runs on the dashboard (show, when set) and, in a run after the first, logs how the
+// previous run ended, with that run's last output, so the dashboard's log says why.
+func (fw *Firmware) reportLoop(ctx context.Context, log *slog.Logger, show func(dashboard.DaemonRuns)) {
 	tick := time.NewTicker(ctl.ReportInterval)
 	defer tick.Stop()
 	failing := false
@@ -116,9 +117,16 @@ func (fw *Firmware) reportLoop(ctx context.Context, log *slog.Logger) {
 			if failing {
 				log.Info("reporting to PID 1 again")
 			}
-			if fw.child.Swap(&child) == nil && child.Run > 1 {
+			// What PID 1 says of earlier runs does not change during this one.
+			if fw.child.Swap(&child) != nil {
+				break
+			}
+			if child.Run > 1 {
 				log.Warn("PID 1 restarted the daemon", "run", child.Run, "restarts", fmt.Sprint(child.Restarts),
 					"previous", child.LastExit, "output", strings.Join(child.LastOutput, "\n"))
+			}
+			if show != nil {
+				show(dashboard.DaemonRuns{Run: child.Run, Restarts: fw.runs().Restarts, LastExit: child.LastExit})
 			}
 		}
 		failing = err != nil

@@ -27,6 +27,7 @@ const (
 	KeyLogs     = "logs"
 	KeyDrain    = "drain"
 	KeyLB       = "loadBalancer"
+	KeyDaemon   = "daemon"
 )
 
 // SyncLimit is how many syncs the history keeps.
@@ -77,6 +78,17 @@ type Firmware struct {
 	Node    string    `json:"node"`
 	Started time.Time `json:"started"`
 }
+
+// DaemonRuns is what PID 1 says of the daemon's runs on the firmware: this process's run in
+// this boot, the earlier runs' early ends by reason, and how the last one ended.
+type DaemonRuns struct {
+	Run      int            `json:"run"`
+	Restarts map[string]int `json:"restarts"`
+	LastExit string         `json:"lastExit,omitempty"`
+}
+
+// SetDaemonRuns shows the daemon's runs (only the firmware has them).
+func (d *Dashboard) SetDaemonRuns(r DaemonRuns) { _ = d.hub.Set(KeyDaemon, r) }
 
 // Service is one service port with its endpoints, as the UI lists it.
 type Service struct {

@@ -103,3 +103,12 @@ func TestUpdateActions(t *testing.T) {
 		t.Errorf("the hub lacks the update status: %s", d.hub.Snapshot())
 	}
 }
+
+// TestDaemonRuns: on the firmware the page gets PID 1's count of the daemon's restarts.
+func TestDaemonRuns(t *testing.T) {
+	d, _ := newTestDashboard(t, plan.ModeNFTables)
+	d.SetDaemonRuns(DaemonRuns{Run: 3, Restarts: map[string]int{"panic": 1, "hang": 1}, LastExit: "killed for hanging"})
+	if want := `"daemon":{"run":3,"restarts":{"hang":1,"panic":1},"lastExit":"killed for hanging"}`; !strings.Contains(string(d.hub.Snapshot()), want) {
+		t.Errorf("the hub lacks %s: %s", want, d.hub.Snapshot())
+	}
+}
