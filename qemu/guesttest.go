@@ -32,6 +32,12 @@ func (vm *VM) WaitForGuestTest() (GuestTest, error) {
 	if err != nil {
 		return GuestTest{}, err
 	}
+	return vm.WaitForGuestTestFrom(begin)
+}
+
+// WaitForGuestTestFrom is WaitForGuestTest for a caller that has already seen the test's
+// begin marker (and waited for lines of the test's own output since).
+func (vm *VM) WaitForGuestTestFrom(begin Line) (GuestTest, error) {
 	end, err := vm.WaitFor(TestExitMarker)
 	if err != nil {
 		return GuestTest{}, err

@@ -271,9 +271,13 @@ func (c *Controller) lead(ctx context.Context) {
 		c.log.Error("LoadBalancer allocator: services informer", "err", err)
 		return
 	}
+	// The informer stops before the wait for it, also when a panic unwinds this function:
+	// waiting first would hold the panic, and a dead allocator would keep the Lease.
+	infCtx, stopInformer := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { inf.RunWithContext(ctx) })
+	defer stopInformer()
+	wg.Go(func() { inf.RunWithContext(infCtx) })
 	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return
 	}

@@ -54,6 +54,30 @@ var faultCases = []faultCase{
 // request failed: the kernel's rules forward while the daemon restarts, and the client's
 // neighbour entry for the LoadBalancer IP stays good.
 func TestFaults(t *testing.T) {
+	runFaults(t, faultCases, func(i int, c faultCase) {
+		if c.sync {
+			changeManifests(t, i)
+		}
+	})
+}
+
+// clusterFaultCases are the goroutine families that run only in a cluster. The host
+// (qemu/cluster_faults_test.go) makes each run once the guest prints that it is armed.
+var clusterFaultCases = []faultCase{
+	{point: "cluster-informer", kind: "panic", reason: "panic"},
+	{point: "lb-leases", kind: "panic", reason: "panic"},
+	{point: "lb-alloc", kind: "panic", reason: "panic"},
+}
+
+// TestClusterFaults is TestFaults for the daemon joined to a cluster: its informer handlers,
+// the LoadBalancer's Lease informer and the allocator's worker panic in turn.
+func TestClusterFaults(t *testing.T) {
+	runFaults(t, clusterFaultCases, func(_ int, c faultCase) { fmt.Printf("EGFAULT-ARMED %s\n", c.point) })
+}
+
+// runFaults arms each case in turn (then calls armed, which makes the point run) while the
+// client's requests flow, and checks what TestFaults says.
+func runFaults(t *testing.T, cases []faultCase, armed func(i int, c faultCase)) {
 	setUpHosts(t)
 	lbAddr := netip.AddrPortFrom(lbIP, servicePort)
 	waitUntil(t, "the LoadBalancer IP answering the client", time.Minute, func() bool {
@@ -81,13 +105,11 @@ func TestFaults(t *testing.T) {
 		}
 	}()
 
-	for i, c := range faultCases {
+	for i, c := range cases {
 		before := daemonMetrics(t)
 		start := time.Now()
 		arm(t, c)
-		if c.sync {
-			changeManifests(t, i)
-		}
+		armed(i, c)
 		if c.reason == "" {
 			waitUntil(t, "PID 1 to take the fault", 30*time.Second, func() bool {
 				_, err := os.Stat(filepath.Join(faultDir, c.point))
