@@ -250,16 +250,25 @@ const DashboardURL = "http://127.0.0.1:80/"
 func (l *Lab) DashboardState(v any) error { return l.Gateway.DashboardState(v) }
 
 // DashboardState reads the state the dashboard of the daemon in h's namespace pushes.
-func (h *Host) DashboardState(v any) error {
-	code, body, err := h.Fetch(DashboardURL + "api/state?token=" + DashboardToken)
+func (h *Host) DashboardState(v any) error { return h.dashboardJSON("api/state", v) }
+
+// DashboardTraffic is the lab gateway's Host.DashboardTraffic.
+func (l *Lab) DashboardTraffic(v any) error { return l.Gateway.DashboardTraffic(v) }
+
+// DashboardTraffic reads the traffic counters the dashboard of the daemon in h's namespace
+// reads from the kernel at the request (GET /api/traffic), not its sampled state.
+func (h *Host) DashboardTraffic(v any) error { return h.dashboardJSON("api/traffic", v) }
+
+func (h *Host) dashboardJSON(path string, v any) error {
+	code, body, err := h.Fetch(DashboardURL + path + "?token=" + DashboardToken)
 	if err != nil {
-		return fmt.Errorf("dashboard state: %w", err)
+		return fmt.Errorf("dashboard %s: %w", path, err)
 	}
 	if code != 200 {
-		return fmt.Errorf("dashboard state: %d %s", code, strings.TrimSpace(body))
+		return fmt.Errorf("dashboard %s: %d %s", path, code, strings.TrimSpace(body))
 	}
 	if err := json.Unmarshal([]byte(body), v); err != nil {
-		return fmt.Errorf("dashboard state: %w", err)
+		return fmt.Errorf("dashboard %s: %w", path, err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/plan"
+	"github.com/edgegate/edgegate/daemon/view"
 	"github.com/edgegate/edgegate/webui"
 )
 
@@ -44,6 +45,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /api/ipvs", d.serveRules(plan.ModeIPVS))
 	mux.HandleFunc("GET /api/conntrack", d.serveConntrack)
 	mux.HandleFunc("GET /api/network", d.serveNetwork)
+	mux.HandleFunc("GET /api/traffic", d.serveTraffic)
 	mux.HandleFunc("GET /api/logs", d.serveLogs)
 	mux.HandleFunc("POST /api/drain", d.serveDrain)
 	mux.HandleFunc("GET /api/update", d.serveUpdateStatus)
@@ -279,6 +281,29 @@ func (d *Dashboard) serveConntrack(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// serveTraffic answers GET /api/traffic: the per-service and per-endpoint counters as the
+// mode's dataplane reads them from the kernel now (the page gets them sampled, every
+// Interval or less often when reading is slow), in the form of the state's "traffic".
+func (d *Dashboard) serveTraffic(w http.ResponseWriter, _ *http.Request) {
+	d.mu.Lock()
+	snap := d.snap
+	d.mu.Unlock()
+	src := d.source()
+	if src == nil || snap == nil {
+		http.Error(w, "nothing programmed yet", http.StatusServiceUnavailable)
+		return
+	}
+	tr, err := src.Traffic(snap)
+	if err != nil {
+		http.Error(w, "traffic counters: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if tr == nil {
+		tr = map[string]view.ServiceTraffic{} // the mode counts none
+	}
+	writeJSON(w, http.StatusOK, tr)
 }
 
 func (d *Dashboard) serveNetwork(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,13 +47,17 @@ func (f *fakeDataplane) Program(_ *model.Snapshot, full bool) (proxy.Result, err
 
 // fakeViews answers as a dataplane's views of its kernel do.
 type fakeViews struct {
-	rules string
-	err   error
+	rules   string
+	err     error
+	traffic func() map[string]view.ServiceTraffic // nil: the mode counts none
 }
 
 func (f fakeViews) Rules() (string, error) { return f.rules, f.err }
-func (fakeViews) Traffic(*model.Snapshot) (map[string]view.ServiceTraffic, error) {
-	return nil, nil
+func (f fakeViews) Traffic(*model.Snapshot) (map[string]view.ServiceTraffic, error) {
+	if f.traffic == nil {
+		return nil, nil
+	}
+	return f.traffic(), nil
 }
 
 type fakeKernel struct{}
@@ -485,5 +490,30 @@ func TestDrainAction(t *testing.T) {
 	var state struct{ Drain DrainState }
 	if err := json.Unmarshal(d.Hub().Snapshot(), &state); err != nil || !state.Drain.Action || state.Drain.Draining {
 		t.Errorf("hub drain state %+v (%v), want the action offered and not draining", state.Drain, err)
+	}
+}
+
+// TestTrafficAPI: /api/traffic reads the counters from the dataplane at each request, not
+// from the page's samples.
+func TestTrafficAPI(t *testing.T) {
+	d, srv := newTestDashboard(t, plan.ModeNFTables)
+	auth := map[string]string{"Authorization": "Bearer " + testToken}
+	if resp, body := get(t, srv.URL+"/api/traffic", auth); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/api/traffic before a sync: %d %q, want 503", resp.StatusCode, body)
+	}
+	var reads atomic.Int64
+	views := fakeViews{traffic: func() map[string]view.ServiceTraffic {
+		n := uint64(reads.Add(1))
+		return map[string]view.ServiceTraffic{"default/web:http": {BackendTraffic: view.BackendTraffic{Connections: n}}}
+	}}
+	if _, err := d.Record(&fakeDataplane{views: views}).Program(mt.Snapshot(webObjects("10.0.1.1")...), true); err != nil {
+		t.Fatal(err)
+	}
+	for want := int64(1); want <= 2; want++ {
+		resp, body := get(t, srv.URL+"/api/traffic", auth)
+		var tr map[string]view.ServiceTraffic
+		if err := json.Unmarshal([]byte(body), &tr); resp.StatusCode != 200 || err != nil || tr["default/web:http"].Connections != uint64(want) {
+			t.Errorf("/api/traffic read %d: %d %s", want, resp.StatusCode, body)
+		}
 	}
 }
