@@ -60,6 +60,9 @@ type QEMU struct {
 	MemoryMiB int `json:"memoryMiB"`
 	// NIC is the -device model used for each guest network interface, e.g. virtio-net-pci.
 	NIC string `json:"nic"`
+	// Watchdog is the -device model of the hardware watchdog QEMU gives the guest, e.g.
+	// i6300esb (a PCI device: x86_64 and arm64 virt alike); empty for none.
+	Watchdog string `json:"watchdog,omitempty"`
 	// UEFI is how the board boots a disk image through UEFI firmware under QEMU (the A/B
 	// slots and systemd-boot of firmware/image); nil when it is only booted with -kernel.
 	UEFI *UEFI `json:"uefi,omitempty"`

@@ -191,6 +191,10 @@ func Args(opts Options) ([]string, error) {
 		}
 		args = append(args, "-drive", "file="+d.Path+",format=raw,if=none,id="+id+ro, "-device", dev)
 	}
+	if w := opts.Board.QEMU.Watchdog; w != "" {
+		// Its action is QEMU's default, a reset (with -no-reboot: QEMU exits).
+		args = append(args, "-device", w)
+	}
 	if len(opts.NICs) == 0 {
 		return append(args, "-nic", "none"), nil
 	}
