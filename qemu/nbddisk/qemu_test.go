@@ -6,14 +6,18 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/firmware/image"
 	"github.com/edgegate/edgegate/qemu"
 	"github.com/edgegate/edgegate/qemu/nbddisk"
@@ -243,5 +247,75 @@ func TestQEMUImgCopiesThroughTheCache(t *testing.T) {
 	}
 	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
 		t.Errorf("the file after a cut that keeps all differs from the source (%v)", err)
+	}
+}
+
+// TestQEMUSystemAttachesTheDiskWithItsWriteCacheOn boots nothing: it starts each qemu
+// board's emulator paused (-S) with the disk arguments qemu.Args gives an NBD disk, and
+// writes and flushes through the guest device's own block backend from the monitor, as
+// the guest's driver would. The writes must come without FUA (the device's write cache is
+// on) and the flush as an NBD flush.
+func TestQEMUSystemAttachesTheDiskWithItsWriteCacheOn(t *testing.T) {
+	for _, name := range []string{"qemu-x86_64", "qemu-arm64"} {
+		t.Run(name, func(t *testing.T) {
+			b, err := board.Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := qemu.Install(context.Background(), b); err != nil {
+				t.Skip(err)
+			}
+			d, path := startDisk(t, 1<<20)
+			all, err := qemu.Args(qemu.Options{Board: b, Kernel: "k", Initramfs: "i", Disks: []qemu.Disk{{NBD: d.Socket()}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.Index(all, "-blockdev")
+			if i < 0 || len(all) < i+4 || all[i+2] != "-device" {
+				t.Fatalf("no -blockdev and -device in %q", all)
+			}
+			args := append([]string{"-M", b.QEMU.Machine, "-accel", "tcg", "-S", "-display", "none", "-nodefaults", "-qmp", "stdio"}, all[i:i+4]...)
+			// The disk's device is the only -device: QOM names it device[0].
+			hmp := func(cmd string) string {
+				return `{"execute":"human-monitor-command","arguments":{"command-line":` + strconv.Quote(cmd) + "}}\n"
+			}
+			dev := "/machine/peripheral-anon/device[0]/virtio-backend"
+			qmp := `{"execute":"qmp_capabilities"}` + "\n" + `{"execute":"query-block"}` + "\n" +
+				hmp(`qemu-io -d `+dev+` "write -P 0xaa 0 4k"`) + hmp(`qemu-io -d `+dev+` "flush"`) +
+				hmp(`qemu-io -d `+dev+` "write -P 0xbb 4k 4k"`)
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, b.QEMU.Binary, args...)
+			cmd.Stdin = strings.NewReader(qmp)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Wait()
+			defer cmd.Process.Kill()
+			// The power goes with the write after the flush pending; then QEMU is killed,
+			// as a quit would flush.
+			r, err := d.CutWhen(ctx, func(s nbddisk.Stats) bool { return s.Writes == 2 }, nbddisk.KeepNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Process.Kill()
+			out, _ := io.ReadAll(stdout)
+			if !strings.Contains(string(out), `"writeback": true`) {
+				t.Errorf("query-block does not show a write-back cache:\n%s", out)
+			}
+			st := d.Stats()
+			t.Logf("stats at the cut: %+v\n%v", st, r)
+			if st.FUAWrites != 0 || st.Flushes < 1 || r.Count(nbddisk.Lost) != 1 {
+				t.Errorf("stats %+v: want the writes without FUA and the flush passed through", st)
+			}
+			want := append(bytes.Repeat([]byte{0xaa}, 4096), make([]byte, 4096)...)
+			if !bytes.Equal(fileBytes(t, path, 0, 8192), want) {
+				t.Error("the file should hold the flushed write, not the one after the flush")
+			}
+		})
 	}
 }
