@@ -62,7 +62,8 @@ type Options struct {
 	// NICs are the guest's network interfaces, eth0 first. None means -nic none.
 	NICs []NIC
 	// Disks are raw disk images attached as virtio block devices, in order (vda, vdb, ...):
-	// a gateway's persistent data partition, for example.
+	// a gateway's persistent data partition, for example; each an image file or an NBD
+	// server's socket.
 	Disks []Disk
 	// Timeout bounds the VM's life: when it passes QEMU is killed and every wait fails
 	// with ErrTimeout. Required: a hung guest must fail a test, not stall it.
@@ -81,10 +82,16 @@ type NIC struct {
 	MAC string
 }
 
-// Disk is one virtio block device backed by a raw image file.
+// Disk is one virtio block device backed by a raw image file or an NBD server.
 type Disk struct {
-	// Path is the image file.
+	// Path is the image file; QEMU's default write-back cache keeps every write it issued
+	// in the host's page cache, so killing QEMU loses none.
 	Path string
+	// NBD, instead of Path, is the unix socket of an NBD server serving the disk (a
+	// qemu/nbddisk test disk, whose cache a power cut can lose). The guest gets a virtio
+	// disk with its write cache on: writes reach the server without FUA and the guest's
+	// flushes as NBD flushes. The server must listen before Start.
+	NBD string
 	// ReadOnly attaches it read-only.
 	ReadOnly bool
 }
@@ -171,25 +178,11 @@ func Args(opts Options) ([]string, error) {
 	}
 	args = append(args, boot...)
 	for i, d := range opts.Disks {
-		if d.Path == "" || strings.Contains(d.Path, ",") {
-			return nil, fmt.Errorf("qemu: disk %q: the path must be set and hold no comma", d.Path)
+		diskArgs, err := d.args(i, opts.UEFIVars != "")
+		if err != nil {
+			return nil, err
 		}
-		ro := ""
-		if d.ReadOnly {
-			ro = ",readonly=on"
-		}
-		if opts.UEFIVars == "" {
-			args = append(args, "-drive", "file="+d.Path+",format=raw,if=virtio"+ro)
-			continue
-		}
-		// The same virtio disk spelled as a device, which can carry a boot index: the
-		// firmware boots the first disk first, not the machine's empty CD-ROM drive.
-		id := fmt.Sprintf("disk%d", i)
-		dev := "virtio-blk-pci,drive=" + id
-		if i == 0 {
-			dev += ",bootindex=0"
-		}
-		args = append(args, "-drive", "file="+d.Path+",format=raw,if=none,id="+id+ro, "-device", dev)
+		args = append(args, diskArgs...)
 	}
 	if w := opts.Board.QEMU.Watchdog; w != "" {
 		// Its action is QEMU's default, a reset (with -no-reboot: QEMU exits).
@@ -211,6 +204,41 @@ func Args(opts Options) ([]string, error) {
 		args = append(args, "-netdev", nic.Netdev+",id="+id, "-device", dev)
 	}
 	return args, nil
+}
+
+// args are QEMU's arguments for the ith disk; under UEFI the first disk is the one booted.
+func (d Disk) args(i int, uefi bool) ([]string, error) {
+	switch source := d.Path + d.NBD; {
+	case (d.Path == "") == (d.NBD == ""):
+		return nil, fmt.Errorf("qemu: disk %d: set one of Path (%q) and NBD (%q)", i, d.Path, d.NBD)
+	case strings.Contains(source, ","):
+		return nil, fmt.Errorf("qemu: disk %q: the path must hold no comma", source)
+	}
+	id := fmt.Sprintf("disk%d", i)
+	// The virtio disk spelled as a device, which can carry a boot index (the firmware
+	// boots the first disk first, not the machine's empty CD-ROM drive) and the write
+	// cache setting.
+	dev := "virtio-blk-pci,drive=" + id
+	if uefi && i == 0 {
+		dev += ",bootindex=0"
+	}
+	if d.NBD != "" {
+		node := "driver=nbd,node-name=" + id + ",server.type=unix,server.path=" + d.NBD
+		if d.ReadOnly {
+			node += ",read-only=on"
+		}
+		// write-cache=on makes QEMU send the guest's writes without FUA and its flushes
+		// as NBD_CMD_FLUSH; off would make every write FUA, a disk with no volatile cache.
+		return []string{"-blockdev", node, "-device", dev + ",write-cache=on"}, nil
+	}
+	ro := ""
+	if d.ReadOnly {
+		ro = ",readonly=on"
+	}
+	if !uefi {
+		return []string{"-drive", "file=" + d.Path + ",format=raw,if=virtio" + ro}, nil
+	}
+	return []string{"-drive", "file=" + d.Path + ",format=raw,if=none,id=" + id + ro, "-device", dev}, nil
 }
 
 // uefiOf checks a UEFI boot's options and returns the board's UEFI firmware.

@@ -167,6 +167,32 @@ func TestDiskArgs(t *testing.T) {
 	}
 }
 
+func TestNBDDiskArgs(t *testing.T) {
+	b, err := board.Load("qemu-arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argsHold(t, Options{Board: b, Disks: []Disk{{Path: "/tmp/data.img"}, {NBD: "/tmp/nbd/disk.sock"}, {NBD: "/tmp/ro.sock", ReadOnly: true}}},
+		"-drive file=/tmp/data.img,format=raw,if=virtio "+
+			"-blockdev driver=nbd,node-name=disk1,server.type=unix,server.path=/tmp/nbd/disk.sock "+
+			"-device virtio-blk-pci,drive=disk1,write-cache=on "+
+			"-blockdev driver=nbd,node-name=disk2,server.type=unix,server.path=/tmp/ro.sock,read-only=on "+
+			"-device virtio-blk-pci,drive=disk2,write-cache=on -nic none")
+	uefi := uefiBoard(t, "/fw")
+	argsHold(t, Options{Board: uefi, UEFIVars: "/tmp/vm/vars.fd", Disks: []Disk{{NBD: "/tmp/nbd/disk.sock"}}},
+		"-blockdev driver=nbd,node-name=disk0,server.type=unix,server.path=/tmp/nbd/disk.sock "+
+			"-device virtio-blk-pci,drive=disk0,bootindex=0,write-cache=on -nic none")
+	for name, d := range map[string]Disk{
+		"neither":       {},
+		"both":          {Path: "/tmp/d.img", NBD: "/tmp/d.sock"},
+		"comma in path": {NBD: "/tmp/a,b.sock"},
+	} {
+		if _, err := Args(Options{Board: b, Disks: []Disk{d}}); err == nil {
+			t.Errorf("%s: disk %+v accepted", name, d)
+		}
+	}
+}
+
 // uefiBoard is qemu-x86_64 with its UEFI firmware files replaced by dir's code.fd and
 // vars.fd, so that the harness's side of a UEFI boot is tested without the firmware.
 func uefiBoard(t *testing.T, dir string) board.Board {
