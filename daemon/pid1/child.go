@@ -54,8 +54,12 @@ const (
 	outputTail = 40
 )
 
-// IsDaemon reports whether this process is the daemon PID 1 started.
-func IsDaemon() bool { return filepath.Base(os.Args[0]) == DaemonArgv0 }
+// IsDaemon reports whether this process is the daemon PID 1 started: its argv[0], and the
+// control socket in its environment (a binary merely installed under that name runs as the
+// plain daemon).
+func IsDaemon() bool {
+	return filepath.Base(os.Args[0]) == DaemonArgv0 && os.Getenv(ctl.SocketEnv) != ""
+}
 
 // daemonProc runs the daemon's process, once per call of runOnce, and keeps what PID 1 knows of
 // its runs.

@@ -339,3 +339,24 @@ func TestKeepOutput(t *testing.T) {
 		t.Fatalf("kept %q, want %q then the dump's first lines", kept, want)
 	}
 }
+
+// TestIsDaemon: the role needs both the name and PID 1's socket, so a binary installed as
+// edgegate-daemon by someone else still runs as the plain daemon.
+func TestIsDaemon(t *testing.T) {
+	args := os.Args
+	t.Cleanup(func() { os.Args = args })
+	for _, c := range []struct {
+		argv0, socket string
+		want          bool
+	}{
+		{"/init", "/run/edgegate/pid1.sock", false},
+		{"/usr/bin/edgegate-daemon", "", false},
+		{"edgegate-daemon", "/run/edgegate/pid1.sock", true},
+	} {
+		os.Args = []string{c.argv0}
+		t.Setenv(ctl.SocketEnv, c.socket)
+		if got := IsDaemon(); got != c.want {
+			t.Errorf("argv[0] %q, socket %q: IsDaemon() = %v, want %v", c.argv0, c.socket, got, c.want)
+		}
+	}
+}
