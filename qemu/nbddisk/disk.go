@@ -35,6 +35,9 @@ type Options struct {
 	Socket string
 	// Logger gets connections, protocol errors and cuts; nil discards them.
 	Logger *slog.Logger
+	// Record keeps every write and flush in order (Trace), so that a test can rebuild, with
+	// Replay, the disk a cut at any moment would have left, without running the guest again.
+	Record bool
 }
 
 // Stats count what the disk did since its last power-on.
@@ -66,6 +69,8 @@ type Disk struct {
 	conns   map[net.Conn]bool
 	trigger *trigger
 	serving sync.WaitGroup // the accept loop and the connections of this power cycle
+	record  bool
+	trace   []Op
 }
 
 // trigger is a pending CutWhen: checked after every command, under the lock.
@@ -92,7 +97,7 @@ func Start(image string, opts Options) (*Disk, error) {
 		f.Close()
 		return nil, fmt.Errorf("nbd: image %s: want a whole number of %d-byte sectors (%v)", image, SectorSize, err)
 	}
-	d := &Disk{socket: opts.Socket, log: opts.Logger, file: f, size: st.Size(), changed: make(chan struct{})}
+	d := &Disk{socket: opts.Socket, log: opts.Logger, file: f, size: st.Size(), changed: make(chan struct{}), record: opts.Record}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}

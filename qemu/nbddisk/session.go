@@ -1,6 +1,7 @@
 package nbddisk
 
 import (
+	"bytes"
 	"bufio"
 	"encoding/binary"
 	"errors"
@@ -162,9 +163,15 @@ func (d *Disk) command(req request, payload []byte) (errno uint32, data []byte, 
 			d.stats.FUAWrites++
 		}
 		ioErr = d.cache.write(int64(req.offset), payload, fua)
+		if d.record {
+			d.trace = append(d.trace, Op{Off: int64(req.offset), Data: bytes.Clone(payload), FUA: fua})
+		}
 	case cmdFlush:
 		d.stats.Flushes++
 		ioErr = d.cache.flush()
+		if d.record {
+			d.trace = append(d.trace, Op{Flush: true})
+		}
 	default:
 		return errInvalid, nil, nil
 	}
