@@ -1,8 +1,8 @@
 package nbddisk
 
 import (
-	"bytes"
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
