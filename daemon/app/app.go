@@ -54,6 +54,19 @@ func Run(ctx context.Context, o Options) error {
 	m := metrics.New()
 	gate := gates(cfg, m, o.Log)
 	mg, log := newManagement(cfg, o.Version, pc.NodeName, gate, o.Log)
+	if fw != nil {
+		// Reports start before anything that may wait (the API server, the kernel): PID 1
+		// counts a daemon that does not report as hung. Until the units run they say
+		// the daemon is not healthy yet, and no part of it stuck.
+		m.ObserveDaemonRuns(reasons(), fw.runs)
+		if fw.reports != nil {
+			var show func(dashboard.DaemonRuns)
+			if mg.dash != nil {
+				show = mg.dash.SetDaemonRuns
+			}
+			go fw.reportLoop(ctx, log, show)
+		}
+	}
 	health := healthz.New(2*cfg.SyncPeriod.Duration, time.Now)
 	dr := newDrains(health.SetDraining)
 	lbs, err := newLoadBalancer(cfg, pc.NodeName, m, log)
@@ -101,14 +114,6 @@ func Run(ctx context.Context, o Options) error {
 			return []ctl.Component{sl.liveness(fw.health.stuckAfter, time.Now())}
 		})
 		defer fw.health.set(nil, nil)
-		m.ObserveDaemonRuns(reasons(), fw.runs)
-		if fw.reports != nil {
-			var show func(dashboard.DaemonRuns)
-			if mg.dash != nil {
-				show = mg.dash.SetDaemonRuns
-			}
-			go fw.reportLoop(ctx, log, show)
-		}
 	}
 
 	select {

@@ -45,8 +45,11 @@ const (
 	// defaultHang is how long a child may go without a report, or with a part stuck,
 	// before it is killed; edgegate.daemon.hang= sets it.
 	defaultHang = 30 * time.Second
-	// futileRuns is how many runs in a row may end before they were stable (see
-	// stableAfter) before PID 1 stops feeding the watchdog and lets the board reset.
+	// futileRuns is how many hung runs in a row (each killed before it was stable, see
+	// stableAfter) PID 1 restarts before it stops feeding the watchdog and lets the board
+	// reset. Only hangs count: a reset may cure what holds a daemon (a kernel call that
+	// never returns), while a daemon that panics at every start panics after a reset too,
+	// and the reset would only take the rules that still forward with it.
 	futileRuns = 5
 	// killGrace is how long a hung child has to print its stacks after SIGQUIT.
 	killGrace = 5 * time.Second
@@ -83,7 +86,7 @@ type daemonProc struct {
 	lastExit   string
 	output     []string // the current run's last lines other than its log lines
 	lastOutput []string // the previous run's
-	futile     int      // runs in a row that ended before they were stable
+	futile     int      // hung runs since the last stable one
 	synced     chan struct{}
 }
 
@@ -178,9 +181,10 @@ func (d *daemonProc) runOnce(ctx context.Context) error {
 	}
 	d.restarts[reason]++
 	d.lastExit = how
-	if stable {
-		d.futile = 1
-	} else {
+	switch {
+	case stable:
+		d.futile = 0
+	case reason == ctl.ReasonHang:
 		d.futile++
 	}
 	d.m.log.Error("the daemon's run ended", "run", run, "reason", string(reason), "how", how, "futile", d.futile)
@@ -388,7 +392,8 @@ func (d *daemonProc) problem() error {
 }
 
 // alive says whether restarting the daemon still helps: false once futileRuns runs in a row
-// ended before they were stable. The watchdog is fed only while it is true.
+// were killed for hanging before they were stable. The watchdog is fed only while it is
+// true.
 func (d *daemonProc) alive() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -213,13 +213,25 @@ func TestStuckDaemonIsKilled(t *testing.T) {
 	}
 }
 
-// TestFutileRestartsStopTheWatchdog: once futileRuns runs in a row ended before they were
-// stable, restarting stops counting as alive, so the watchdog resets the board.
+// TestFutileRestartsStopTheWatchdog: once futileRuns runs in a row were killed for hanging
+// before they were stable, restarting stops counting as alive, so the watchdog resets the
+// board.
 func TestFutileRestartsStopTheWatchdog(t *testing.T) {
-	_, _, d := childMachine(t, "exit")
-	waitChild(t, d, "futile runs", func(c ctl.Child) bool { return c.Restarts[ctl.ReasonExit] >= futileRuns })
+	_, _, d := childMachine(t, "hang")
+	waitChild(t, d, "futile runs", func(c ctl.Child) bool { return c.Restarts[ctl.ReasonHang] >= futileRuns })
 	if d.alive() {
 		t.Fatal("still alive after futile restarts")
+	}
+}
+
+// TestCrashLoopsKeepTheWatchdogFed: a daemon that exits (or panics) at every start is
+// restarted for ever, but the board is not reset: a reset cannot cure that, and would take
+// the rules that still forward with it.
+func TestCrashLoopsKeepTheWatchdogFed(t *testing.T) {
+	_, _, d := childMachine(t, "exit")
+	waitChild(t, d, "a crash loop", func(c ctl.Child) bool { return c.Restarts[ctl.ReasonExit] >= 2*futileRuns })
+	if !d.alive() {
+		t.Fatal("a crash loop starved the watchdog")
 	}
 }
 
