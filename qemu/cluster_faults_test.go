@@ -95,17 +95,23 @@ func TestClusterFaults(t *testing.T) {
 	})
 	waitFor(t, vm, "EDGEGATE-READY")
 	begin := waitFor(t, vm, TestBeginMarker)
-	// The guest arms each fault, then the host makes its point run.
+	// The guest arms each fault, then the host makes its point run: every second until the
+	// guest arms the next one, since the hook may see the armed file only after an event
+	// (it looks every 100 ms), and the restarted daemon must see one too.
+	stopPoking := func() {}
 	for _, point := range []string{"cluster-informer", "lb-leases", "lb-alloc"} {
 		waitFor(t, vm, "EGFAULT-ARMED "+point)
+		stopPoking()
+		stopPoking = func() {}
 		switch point {
 		case "cluster-informer":
-			annotate(ctx, t, c.Client, "echo")
+			stopPoking = poke(ctx, t, c.Client, "echo")
 		case "lb-alloc":
-			annotate(ctx, t, c.Client, "echo-lb")
+			stopPoking = poke(ctx, t, c.Client, "echo-lb")
 		}
 	}
 	guest, err := vm.WaitForGuestTestFrom(begin)
+	stopPoking()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +128,32 @@ func TestClusterFaults(t *testing.T) {
 	}
 }
 
-// annotate changes a firmware-test Service, which every informer of Services delivers.
-func annotate(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) {
-	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{"edgegate.test/poked":"%d"}}}`, time.Now().UnixNano())
-	if _, err := client.CoreV1().Services("firmware-test").Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+// poke annotates a firmware-test Service, which every informer of Services delivers, once a
+// second until the returned stop is called.
+func poke(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{"edgegate.test/poked":"%d"}}}`, time.Now().UnixNano())
+			if _, err := client.CoreV1().Services("firmware-test").Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+				t.Errorf("annotating %s: %v", name, err)
+			}
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
 	}
 }
 

@@ -43,6 +43,10 @@ var (
 	kernelTrouble = []string{"Kernel panic", "Oops", "BUG:"}
 )
 
+// faultBootTests are the guest tests that only their own boots run (faults_test.go,
+// cluster_faults_test.go, watchdog_test.go): the firmware boot skips them.
+const faultBootTests = "^(TestFaults|TestClusterFaults|TestWatchdogHang|TestWatchdogHealthy)$"
+
 // poweredOff waits for the guest's clean power-off and QEMU's exit with code 0, fails the
 // test for each console line that says the guest kernel went wrong, and returns the
 // power-off marker.
@@ -76,7 +80,7 @@ func TestFirmwareBoot(t *testing.T) {
 			Board:     b,
 			Init:      "github.com/edgegate/edgegate/daemon",
 			Test:      "github.com/edgegate/edgegate/qemu/testdata/firmwaretest",
-			TestArgs:  []string{"-test.v=test2json", "-test.timeout=2m", "-test.skip=^(TestFaults|TestWatchdogHang|TestWatchdogHealthy)$"},
+			TestArgs:  []string{"-test.v=test2json", "-test.timeout=2m", "-test.skip=" + faultBootTests},
 			Manifests: "testdata/firmwaretest/manifests",
 		})
 		// What a gateway boots: the same /init and modules without the test binary and
