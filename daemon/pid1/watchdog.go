@@ -44,7 +44,8 @@ func (m *Machine) startWatchdog(ctx context.Context) {
 		defer tick.Stop()
 		starving := false
 		for {
-			switch fed := m.feedable(); {
+			fed := m.feedable()
+			switch {
 			case fed:
 				if err := unix.IoctlWatchdogKeepalive(fd); err != nil {
 					m.log.Warn("hardware watchdog ping failed", "err", err)
@@ -52,7 +53,7 @@ func (m *Machine) startWatchdog(ctx context.Context) {
 			case !starving:
 				m.log.Error("restarting the daemon does not help; the hardware watchdog is no longer fed and resets the board", "within", timeout)
 			}
-			starving = !m.feedable()
+			starving = !fed
 			select {
 			case <-ctx.Done():
 				return
