@@ -9,7 +9,6 @@ package ctl
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/update"
@@ -43,8 +42,12 @@ type Component struct {
 func (r Report) Stuck() []string {
 	var out []string
 	for _, c := range r.Components {
-		if !c.Live {
-			out = append(out, strings.TrimSuffix(c.Name+" ("+c.Detail, " (")+")")
+		switch {
+		case c.Live:
+		case c.Detail == "":
+			out = append(out, c.Name)
+		default:
+			out = append(out, c.Name+" ("+c.Detail+")")
 		}
 	}
 	return out

@@ -140,6 +140,9 @@ func TestReadyAndReport(t *testing.T) {
 	if got := m.reports[0].Stuck(); len(got) != 1 || got[0] != "lb (no heartbeat for 1m)" {
 		t.Errorf("Stuck() = %q", got)
 	}
+	if got := (Report{Components: []Component{{Name: "routes"}}}).Stuck(); len(got) != 1 || got[0] != "routes" {
+		t.Errorf("Stuck() without a detail = %q, want [routes]", got)
+	}
 	if m.reports[0].Problem != rep.Problem {
 		t.Errorf("problem = %q", m.reports[0].Problem)
 	}
