@@ -356,6 +356,48 @@ func makeESP(ctx context.Context, file string, p Partition, staging string) erro
 	if _, err := run(ctx, "mcopy", append(args, "::/")...); err != nil {
 		return fmt.Errorf("image: ESP: %w", err)
 	}
+	for _, dir := range writtenDirs {
+		if err := presize(ctx, file, dir); err != nil {
+			return fmt.Errorf("image: ESP: %w", err)
+		}
+	}
+	return nil
+}
+
+// writtenDirs are the ESP's directories that the updater and systemd-boot write entries
+// into after the image is made.
+var writtenDirs = []string{"loader", layout.EntriesDir, layout.SlotsDir, layout.SlotA.Dir(), layout.SlotB.Dir()}
+
+// presizeSlots is how many directory entries each of writtenDirs holds before it has to
+// grow: a directory that grows takes a new cluster, and its FAT chain and its entries are
+// written to different sectors, which a power cut can tear apart (the directory then
+// claims a cluster the FAT says is free). A FAT directory never shrinks, so one made this
+// large once never grows: a rename or a new entry reuses deleted slots.
+const presizeSlots = 64
+
+// presize grows dir to presizeSlots entries: that many empty files with short names are
+// copied in and deleted again.
+func presize(ctx context.Context, file, dir string) error {
+	pads, err := os.MkdirTemp("", "presize-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(pads)
+	args := []string{"-Q", "-i", file}
+	for i := range presizeSlots {
+		name := filepath.Join(pads, fmt.Sprintf("PAD%05d.TMP", i))
+		if err := os.WriteFile(name, nil, 0o644); err != nil {
+			return err
+		}
+		args = append(args, name)
+	}
+	target := "::/" + dir + "/"
+	if _, err := run(ctx, "mcopy", append(args, target)...); err != nil {
+		return fmt.Errorf("presizing %s: %w", dir, err)
+	}
+	if _, err := run(ctx, "mdel", "-i", file, target+"PAD*.TMP"); err != nil {
+		return fmt.Errorf("presizing %s: %w", dir, err)
+	}
 	return nil
 }
 

@@ -24,6 +24,7 @@ var Tools = []Tool{
 	{"mcopy", "mtools"},
 	{"mdir", "mtools"},
 	{"mtype", "mtools"},
+	{"mdel", "mtools"},
 	{"mke2fs", "e2fsprogs"},
 }
 
