@@ -25,6 +25,8 @@ type disk struct {
 	path string
 	f    *os.File
 	g    geometry
+	// reads are contents the damage decided files must read back with, by path.
+	reads map[string][]byte
 }
 
 // slotLoc is where an entry's short entry and long-name slots are.
@@ -310,11 +312,46 @@ var scenarios = []scenario{
 		after: gone(edgeA+"/one", edgeA+"/s512", edgeA+"/s513", edgeA+"/empty"),
 	},
 	{
+		// The directory met first loses (Options.Loser says so) after its subtree was
+		// walked: everything below it goes with it.
+		name: "directory loses a cross-link to a later file",
+		damage: func(d *disk) {
+			dir := d.entry(edgeA).off
+			conf := d.entry("/loader/loader.conf").off
+			d.write(conf+20, d.read(dir+20, 2))
+			d.write(conf+26, d.read(dir+26, 2))
+			d.write(conf+28, binary.LittleEndian.AppendUint32(nil, 512))
+			d.reads["/loader/loader.conf"] = d.read(d.g.clusterOffset(d.chain(edgeA)[0]), 512)
+		},
+		loser: func(a, b fat.Entry) bool { return a.Dir },
+		want:  []found{{fat.CrossLink, edgeA}, lost, freeCount},
+		after: gone(edgeA+"/one", edgeA+"/s512", edgeA+"/s513", edgeA+"/empty"),
+	},
+	{
 		// A truncate whose entry is durable and whose freed clusters are not.
 		name:   "chain longer than the size",
 		damage: func(d *disk) { d.setSize(vmlinuz, 1000) },
 		want:   []found{{fat.LongChain, vmlinuz}, freeCount},
 		after:  func(files map[string][]byte) { files[vmlinuz] = files[vmlinuz][:1000] },
+	},
+	{
+		// Another file already took clusters behind the cut (met first in the walk, and
+		// itself over-long): each chain is cut, neither loses a cluster the other owns.
+		name: "chain longer than the size, the tail another file's",
+		damage: func(d *disk) {
+			c := d.chain(vmlinuz)
+			d.setSize(vmlinuz, 1000)
+			off := d.entry(edgeA + "/s513").off
+			d.write(off+20, binary.LittleEndian.AppendUint16(nil, uint16(c[10]>>16)))
+			d.write(off+26, binary.LittleEndian.AppendUint16(nil, uint16(c[10])))
+			data := d.read(d.g.clusterOffset(c[10]), 1024)
+			if c[11] != c[10]+1 {
+				d.t.Fatal("vmlinuz is not contiguous")
+			}
+			d.reads[edgeA+"/s513"] = data[:513]
+		},
+		want:  []found{{fat.LongChain, vmlinuz}, {fat.LongChain, edgeA + "/s513"}, lost, freeCount},
+		after: func(files map[string][]byte) { files[vmlinuz] = files[vmlinuz][:1000] },
 	},
 	{
 		name:   "empty file with a cluster",
@@ -399,7 +436,7 @@ func TestRepairScenarios(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			d := &disk{t: t, tb: tb, path: img, f: f, g: readGeometry(t, f)}
+			d := &disk{t: t, tb: tb, path: img, f: f, g: readGeometry(t, f), reads: map[string][]byte{}}
 			sc.damage(d)
 			size := int64(len(fx.image))
 			opts := fat.Options{Loser: sc.loser}
@@ -447,6 +484,7 @@ func TestRepairScenarios(t *testing.T) {
 			if sc.after != nil {
 				sc.after(want)
 			}
+			maps.Copy(want, d.reads)
 			if diff := cmp.Diff(summarize(want), summarize(tb.readTree(t, img))); diff != "" {
 				t.Errorf("files read back (-want +got):\n%s", diff)
 			}
