@@ -86,7 +86,8 @@ func (d *memDevice) Sync() error {
 	return nil
 }
 
-// countingFile is an image file that counts the writes and syncs Repair makes.
+// countingFile is an image file that counts the writes and syncs Repair makes. Its Sync
+// issues no fsync: the tools that check the image read the page cache.
 type countingFile struct {
 	*os.File
 	writes, syncs int
@@ -99,5 +100,5 @@ func (f *countingFile) WriteAt(p []byte, off int64) (int, error) {
 
 func (f *countingFile) Sync() error {
 	f.syncs++
-	return f.File.Sync()
+	return nil
 }
