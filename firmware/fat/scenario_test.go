@@ -1,6 +1,7 @@
 package fat_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -516,4 +517,56 @@ func summarize(files map[string][]byte) map[string]string {
 		s[p] = fmt.Sprintf("%d bytes %x", len(b), sha256.Sum256(b))
 	}
 	return s
+}
+
+// TestRepairFourKiBSectors repairs a volume with 4096-byte sectors (4 KiB native disks):
+// the FAT, directory and summary writes must patch whole sectors of that size.
+func TestRepairFourKiBSectors(t *testing.T) {
+	tb := needTools(t)
+	dir := t.TempDir()
+	img := filepath.Join(dir, "4k.img")
+	tb.run(t, "mkfs.vfat", "-F", "32", "-S", "4096", "-s", "1", "-C", img, "270000")
+	tb.run(t, "mmd", "-i", img, "::EFI", "::EFI/edgegate")
+	files := map[string][]byte{
+		"/EFI/edgegate/initramfs.cpio.gz.new": bytes.Repeat([]byte("edgegate"), 40000),
+		"/EFI/edgegate/entry.conf":            []byte("title edgegate\n"),
+	}
+	for p, b := range files {
+		src := filepath.Join(dir, "src")
+		if err := os.WriteFile(src, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tb.run(t, "mcopy", "-i", img, src, "::"+p)
+	}
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d := &disk{t: t, tb: tb, path: img, f: f, g: readGeometry(t, f)}
+	for _, cl := range d.chain("/EFI/edgegate/initramfs.cpio.gz.new") {
+		d.setFAT(cl, 0)
+	}
+	d.write(0x41, []byte{1})
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := fat.Repair(&countingFile{File: f}, st.Size(), fat.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []found{{fat.FreeCluster, "/EFI/edgegate/initramfs.cpio.gz.new"}, freeCount, {fat.Dirty, ""}}
+	if diff := cmp.Diff(sortFounds(want), founds(rep)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+	tb.fsckClean(t, img)
+	delete(files, "/EFI/edgegate/initramfs.cpio.gz.new")
+	if diff := cmp.Diff(summarize(files), summarize(tb.readTree(t, img))); diff != "" {
+		t.Errorf("files read back (-want +got):\n%s", diff)
+	}
+	again := &countingFile{File: f}
+	if rep, err := fat.Repair(again, st.Size(), fat.Options{}); err != nil || !rep.Clean() || again.writes != 0 {
+		t.Errorf("second Repair: %v, %d writes, findings %v", err, again.writes, rep.Findings)
+	}
 }
