@@ -37,8 +37,9 @@ type Device interface {
 	Sync() error
 }
 
-// ErrUnsupported is returned, with nothing written, for a boot sector Repair does not
-// understand: not FAT32, or a geometry that does not fit the device.
+// ErrUnsupported is returned, with nothing written, for a volume Repair does not
+// understand: not FAT32, a geometry that does not fit the device, a root directory that
+// starts on a bad cluster.
 var ErrUnsupported = errors.New("unsupported volume")
 
 // ErrLimit is returned, with nothing written, when the volume needs more work than a
@@ -90,10 +91,11 @@ func Temporary(name string) bool {
 	return strings.HasSuffix(n, ".new") || strings.HasPrefix(n, ".tmp-")
 }
 
-// Repair checks the FAT32 volume of the given size on dev and repairs what it finds.
-// The error is set, and the report holds what was found, when the volume cannot be
-// checked (ErrUnsupported, ErrLimit, a read error: nothing was written) or a write
-// failed (the volume is left in a state the next Repair repairs).
+// Repair checks the FAT32 volume on dev, size bytes long, and repairs what it finds; the
+// volume must not be mounted. (Stat reports a block device's size as 0: seek to its end.)
+// The error is set when the volume cannot be checked (ErrUnsupported, ErrLimit, a read
+// error: nothing was written) or a write failed (the report holds what was found and the
+// volume is left in a state the next Repair repairs).
 func Repair(dev Device, size int64, opts Options) (Report, error) {
 	return run(dev, dev, size, opts)
 }
