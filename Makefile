@@ -45,10 +45,11 @@ $(BIN)/egdemo:
 deps:
 	@hack/deps.sh iproute2:ip nftables:nft curl:curl
 
-# The tests also read iptables mode's rules back with Debian's stock iptables-nft tools, and
-# drive the dashboard in Debian's headless Chromium (the browser tier, lab/labtest/dashboard_test.go).
+# The tests also read iptables mode's rules back with Debian's stock iptables-nft tools,
+# drive the dashboard in Debian's headless Chromium (the browser tier, lab/labtest/dashboard_test.go),
+# and build, damage and check FAT32 images with dosfstools and mtools (firmware/fat, unit tier).
 deps-test: deps
-	@hack/deps.sh iptables:iptables-nft-save chromium:chromium
+	@hack/deps.sh iptables:iptables-nft-save chromium:chromium dosfstools:mkfs.vfat mtools:mcopy
 
 DEMO_ENV = EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo)
 
