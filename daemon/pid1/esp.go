@@ -3,8 +3,12 @@ package pid1
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path"
 	"time"
 
+	"github.com/edgegate/edgegate/firmware/fat"
 	"github.com/edgegate/edgegate/firmware/layout"
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +50,7 @@ func (m *Machine) mountESP() {
 	if len(found) > 1 {
 		m.log.Warn("several EFI system partitions; using the first", "devs", found)
 	}
+	m.repairESP(found[0])
 	mt := espMount(found[0], false)
 	if err := m.sys.Mounts.Mount(mt); err != nil {
 		m.log.Error("mounting the EFI system partition failed; firmware updates unavailable", "dev", found[0], "err", err)
@@ -54,6 +59,64 @@ func (m *Machine) mountESP() {
 	m.mounted = append(m.mounted, mt)
 	m.espDev = found[0]
 	m.console.marker("EDGEGATE-ESP %s %s", found[0], espMountpoint)
+}
+
+// repairESP checks the FAT of the EFI system partition on node, not yet mounted, and
+// repairs what a power cut during a write left: FAT has no journal, and a cut loses, keeps
+// or tears unflushed sectors in any order (a directory entry whose clusters the FAT never
+// got, a chain claimed by two names after a torn rename, chains nothing claims). Linux
+// would later free clusters another file uses, and the ESP would degrade until a slot no
+// longer boots. A volume it cannot check is mounted as it is.
+func (m *Machine) repairESP(node string) {
+	start := time.Now()
+	// O_EXCL on a block device: refused while it is mounted.
+	f, err := os.OpenFile(m.path(node), os.O_RDWR|os.O_EXCL, 0)
+	if err != nil {
+		m.log.Error("checking the EFI system partition failed; mounting it as it is", "dev", node, "err", err)
+		return
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd) // a block device's Stat says 0
+	if err != nil {
+		m.log.Error("checking the EFI system partition failed; mounting it as it is", "dev", node, "err", err)
+		return
+	}
+	rep, err := fat.Repair(f, size, fat.Options{Loser: espLoser})
+	for _, f := range rep.Findings {
+		m.log.Warn("EFI system partition repaired", "dev", node, "finding", f.String())
+	}
+	if err != nil {
+		m.log.Error("checking the EFI system partition failed; mounting it as it is", "dev", node, "err", err)
+		return
+	}
+	if !rep.Clean() {
+		m.console.marker("EDGEGATE-ESP-REPAIRED %s findings=%d", node, len(rep.Findings))
+		m.log.Warn("EFI system partition repaired", "dev", node, "summary", rep.String(), "took", since(start))
+		return
+	}
+	m.log.Debug("EFI system partition checked", "dev", node, "summary", rep.String(), "took", since(start))
+}
+
+// espLoser decides which of two entries sharing one cluster chain keeps it: the target of
+// the rename that a power cut tore. A temporary name loses (fat.DefaultLoser); of two boot
+// entries of one slot, the newer name wins: the committed one (the updater's commit drops
+// the counter) or the one with more tries done (systemd-boot counts a boot by renaming).
+func espLoser(a, b fat.Entry) bool {
+	if fat.Temporary(a.Name) != fat.Temporary(b.Name) {
+		return fat.Temporary(a.Name)
+	}
+	sa, ta, errA := layout.ParseFileName(a.Name)
+	sb, tb, errB := layout.ParseFileName(b.Name)
+	if errA != nil || errB != nil || sa != sb || path.Dir(a.Path) != path.Dir(b.Path) {
+		return false
+	}
+	switch {
+	case ta == nil:
+		return false
+	case tb == nil:
+		return true
+	}
+	return tb.Done > ta.Done
 }
 
 // Slot is the firmware slot that booted (edgegate.slot= on the kernel command line); ""

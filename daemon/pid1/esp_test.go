@@ -2,9 +2,15 @@ package pid1
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/edgegate/edgegate/firmware/fat"
+	"github.com/edgegate/edgegate/firmware/image"
 	"github.com/edgegate/edgegate/firmware/layout"
 	"golang.org/x/sys/unix"
 )
@@ -76,4 +82,100 @@ func TestNetworkProblem(t *testing.T) {
 	if err := m.NetworkProblem(); err != nil {
 		t.Errorf("all up: %v", err)
 	}
+}
+
+// TestESPRepairedBeforeMount: PID 1 checks the ESP's FAT before it mounts it and repairs
+// what a cut left (here the dirty flag of a cut while it was writable), says so on the
+// console, and mounts it.
+func TestESPRepairedBeforeMount(t *testing.T) {
+	img := fatImage(t)
+	b, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0x41] |= 1 // FAT32's "not cleanly unmounted" flag, which Linux sets while writable
+	tm := newTestMachine(t, map[string]string{"/proc/cmdline": "console=ttyS0 edgegate.slot=a\n"})
+	tm.addBlockDevice("vda1", b, "PARTN=1", "PARTNAME="+layout.ESPPartName)
+	tm.boot()
+	if !strings.Contains(tm.console(), "EDGEGATE-ESP-REPAIRED /dev/vda1 findings=1") {
+		t.Errorf("no repair marker:\n%s", tm.console())
+	}
+	after, err := os.ReadFile(filepath.Join(tm.sys.Root, "dev/vda1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after[0x41]&1 != 0 {
+		t.Error("the dirty flag is still set")
+	}
+	if _, ok := tm.mounts.mount(espMountpoint); !ok {
+		t.Error("the repaired ESP is not mounted")
+	}
+	// A clean one is left alone.
+	tm = newTestMachine(t, map[string]string{"/proc/cmdline": "console=ttyS0 edgegate.slot=a\n"})
+	tm.addBlockDevice("vda1", after, "PARTN=1", "PARTNAME="+layout.ESPPartName)
+	tm.boot()
+	if strings.Contains(tm.console(), "EDGEGATE-ESP-REPAIRED") {
+		t.Errorf("a clean ESP repaired:\n%s", tm.console())
+	}
+}
+
+// TestESPNotUnderstoodMountedAnyway: a volume the check does not understand is mounted as
+// it is, with the reason logged.
+func TestESPNotUnderstoodMountedAnyway(t *testing.T) {
+	tm := newTestMachine(t, map[string]string{"/proc/cmdline": "console=ttyS0 edgegate.slot=a\n"})
+	tm.addBlockDevice("vda1", make([]byte, 1<<20), "PARTN=1", "PARTNAME="+layout.ESPPartName)
+	tm.boot()
+	if c := tm.console(); !strings.Contains(c, "checking the EFI system partition failed; mounting it as it is") ||
+		!strings.Contains(c, "unsupported volume") {
+		t.Errorf("console:\n%s", tm.console())
+	}
+	if _, ok := tm.mounts.mount(espMountpoint); !ok {
+		t.Error("the ESP is not mounted")
+	}
+}
+
+// TestESPLoser: of two names a torn rename left on one chain, the rename's target keeps it.
+func TestESPLoser(t *testing.T) {
+	e := func(p string) fat.Entry { return fat.Entry{Path: p, Name: path.Base(p)} }
+	for _, tc := range []struct {
+		a, b string
+		lose bool
+	}{
+		{"/loader/entries/edgegate-b+1-1.conf", "/loader/entries/edgegate-b.conf", true},  // the commit
+		{"/loader/entries/edgegate-b.conf", "/loader/entries/edgegate-b+1-1.conf", false}, // the commit, met the other way
+		{"/loader/entries/edgegate-b+2-0.conf", "/loader/entries/edgegate-b+1-1.conf", true},
+		{"/loader/entries/edgegate-b+1-1.conf", "/loader/entries/edgegate-b+2-0.conf", false},
+		{"/loader/entries/.tmp-edgegate-b+2-0.conf-1", "/loader/entries/edgegate-b+2-0.conf", true},
+		{"/loader/entries/edgegate-b+2-0.conf", "/loader/entries/.tmp-edgegate-b+2-0.conf-1", false},
+		{"/edgegate/b/vmlinuz.new", "/edgegate/b/vmlinuz", true},
+		{"/loader/entries/edgegate-a.conf", "/loader/entries/edgegate-b.conf", false}, // not one rename: the first keeps it
+		{"/edgegate/a/vmlinuz", "/edgegate/b/vmlinuz", false},
+	} {
+		if got := espLoser(e(tc.a), e(tc.b)); got != tc.lose {
+			t.Errorf("espLoser(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.lose)
+		}
+	}
+}
+
+// fatImage makes a small FAT32 file system with Debian's mkfs.vfat.
+func fatImage(t *testing.T) string {
+	t.Helper()
+	mkfs, err := image.LookTool("mkfs.vfat")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	img := filepath.Join(t.TempDir(), "esp.img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 40<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-F", "32", "-S", "512", "-s", "1", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.vfat: %v: %s", err, out)
+	}
+	return img
 }
