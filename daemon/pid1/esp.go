@@ -81,7 +81,7 @@ func (m *Machine) repairESP(node string) {
 		m.log.Error("checking the EFI system partition failed; mounting it as it is", "dev", node, "err", err)
 		return
 	}
-	rep, err := fat.Repair(f, size, fat.Options{Loser: espLoser})
+	rep, err := RepairESP(f, size)
 	for _, f := range rep.Findings {
 		m.log.Warn("EFI system partition repaired", "dev", node, "finding", f.String())
 	}
@@ -95,6 +95,12 @@ func (m *Machine) repairESP(node string) {
 		return
 	}
 	m.log.Debug("EFI system partition checked", "dev", node, "summary", rep.String(), "took", since(start))
+}
+
+// RepairESP is the check and repair PID 1 runs on the ESP before it mounts it, for a test
+// to run on an image.
+func RepairESP(dev fat.Device, size int64) (fat.Report, error) {
+	return fat.Repair(dev, size, fat.Options{Loser: espLoser})
 }
 
 // espLoser decides which of two entries sharing one cluster chain keeps it: the target of

@@ -249,6 +249,11 @@ func (m *Manager) settle() error {
 		m.opts.Log.Info("trial boot of new firmware: committing once healthy", "slot", slot, "version", m.opts.Version,
 			"boot", t.Done, "of", t.Left+t.Done, "deadline", m.opts.TrialTimeout)
 	case p == nil:
+		if otherOK && otherEntry.entry.Tries != nil && otherEntry.entry.Tries.Bad() {
+			// A rollback recorded, and the power went before its spent entry was removed.
+			m.opts.Log.Info("removing the spent entry of a rolled back update", "entry", otherEntry.file)
+			m.removeSpent(otherEntry)
+		}
 	case p.Phase == PhaseTrial && p.To.Slot == slot:
 		// Committed on the ESP, but the state file was not written before the power went.
 		m.state.end(now, PhaseCommitted, "")
@@ -289,18 +294,27 @@ func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) 
 	default:
 		reason = fmt.Sprintf("slot %s was booted while slot %s still had %d tries left (boot menu?)", m.opts.Slot, other, t.Left)
 	}
-	if otherOK {
-		// The spent entry goes: nothing boots that slot again until the next update.
-		root := m.opts.ESP.Root()
-		if err := m.opts.ESP.Writable(func() error {
-			return removeSync(filepath.Join(root, layout.EntriesDir), otherEntry.file)
-		}); err != nil {
-			m.opts.Log.Warn("removing the rolled back slot's entry failed", "entry", otherEntry.file, "err", err)
-		}
-	}
+	// The history says what happened before the spent entry goes: a power cut in between
+	// leaves the entry, which the next start removes (removeSpent), not a history that
+	// cannot tell a rollback from an entry never written.
 	m.state.end(now, phase, reason)
+	m.saveLocked()
+	if otherOK {
+		m.removeSpent(otherEntry)
+	}
 	m.opts.Marker("EDGEGATE-UPDATE %s slot=%s", phase, other)
 	m.opts.Log.Error("firmware update did not stay", "phase", phase, "reason", reason)
+}
+
+// removeSpent removes the other slot's entry after its trial: nothing boots that slot
+// again until the next update.
+func (m *Manager) removeSpent(e slotEntry) {
+	root := m.opts.ESP.Root()
+	if err := m.opts.ESP.Writable(func() error {
+		return removeSync(filepath.Join(root, layout.EntriesDir), e.file)
+	}); err != nil {
+		m.opts.Log.Warn("removing the rolled back slot's entry failed", "entry", e.file, "err", err)
+	}
 }
 
 // attemptID names an attempt by its start.

@@ -500,6 +500,34 @@ func TestPowerCutAroundCommit(t *testing.T) {
 	}
 }
 
+// TestPowerCutAroundRollback: the old firmware records the rollback before it removes the
+// spent entry; a cut between the two leaves the entry, which the next start removes, and
+// the history says rolled back, once.
+func TestPowerCutAroundRollback(t *testing.T) {
+	g := activated(t)
+	for range DefaultTries {
+		g.boot()
+		m := g.manager(layout.SlotB, "v1.1.0", never)
+		g.clock = g.clock.Add(time.Second)
+		m.Start(context.Background())
+	}
+	if s := g.boot(); s != layout.SlotA {
+		t.Fatalf("after the tries: boots %s", s)
+	}
+	espBefore := snapshot(t, g.esp)
+	g.manager(layout.SlotA, "v1.0.0", healthy)
+	g.esp = espBefore // the entry's removal lost
+	st := g.manager(layout.SlotA, "v1.0.0", healthy).Status()
+	if st.Pending != nil || len(st.History) != 1 || st.History[0].Phase != PhaseRolledBack {
+		t.Fatalf("after the cut: pending %+v, history %+v", st.Pending, st.History)
+	}
+	for _, s := range st.Slots {
+		if s.Slot == layout.SlotB && s.State != "no boot entry" {
+			t.Errorf("the spent entry is still there: %+v", s)
+		}
+	}
+}
+
 func TestTrialWithoutStateFile(t *testing.T) {
 	g := activated(t)
 	g.boot()
