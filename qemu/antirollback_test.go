@@ -29,6 +29,7 @@ func (u *releases) rotateKeys(t *testing.T) {
 		{"v1.1.0", bundle.Release{SecurityEpoch: 1, NextKeys: bundle.NewKeySet(1, []bundle.PublicKey{u.next.Public()})}, u.priv},
 		{"v1.2.0-unhealthy", bundle.Release{SecurityEpoch: 1}, u.next},
 		{"v1.3.0", bundle.Release{SecurityEpoch: 1}, u.next},
+		{"v1.2.0-panics", bundle.Release{SecurityEpoch: 1}, u.next}, // the power-cut matrix's
 	} {
 		kernel, initramfs := extractParts(t, u.bundles[r.version], u.pub, filepath.Join(u.dir, "rotate-"+r.version))
 		r.rel.Board, r.rel.Version = u.board.Name, r.version

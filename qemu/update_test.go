@@ -24,6 +24,7 @@ import (
 	"github.com/edgegate/edgegate/firmware/bundle"
 	"github.com/edgegate/edgegate/firmware/image"
 	"github.com/edgegate/edgegate/firmware/layout"
+	"github.com/edgegate/edgegate/qemu/nbddisk"
 )
 
 // TestUpdate is the A/B update end to end: real firmware on a disk image booted through
@@ -35,13 +36,14 @@ import (
 // trial boot; the good update raises the security epoch and rotates the signing key, after
 // which the retired key and the lower epoch are refused, also by the old slot's firmware
 // after the rollback (antirollback_test.go). On qemu-arm64: a good update, and a release
-// that panics at every boot (kernel panic, a boot loop) rolls back by itself. The times
+// that panics at every boot (kernel panic, a boot loop) rolls back by itself. Then, on both,
+// the power-cut matrix on a disk that loses unflushed writes (powercut_test.go). The times
 // from the upload to the commit and to the rollback are logged (-v).
 func TestUpdate(t *testing.T) {
 	eachBoard(t, firmwareBoards, func(tb testing.TB, b board.Board) {
 		RequireUEFI(tb, b)
 		RequireTools(tb, image.Tools...)
-	}, 20*time.Minute, func(ctx context.Context, t *testing.T, b board.Board) {
+	}, 60*time.Minute, func(ctx context.Context, t *testing.T, b board.Board) {
 		u := newUpdateTest(ctx, t, b)
 		u.boot(t)
 		u.waitReady(t)
@@ -62,6 +64,9 @@ func TestUpdate(t *testing.T) {
 		}
 		u.vm.Kill()
 		_, _ = u.vm.Wait()
+		if !t.Failed() {
+			t.Run("power-cuts", func(t *testing.T) { u.powerCuts(t, "v1.2.0-panics", "EDGEGATE-PANICINIT") })
+		}
 	})
 }
 
@@ -139,6 +144,10 @@ type updateTest struct {
 	port   int    // the dashboard, forwarded from the host's loopback
 	netdev string // further user-mode network options (guestfwd)
 	vm     *VM
+	// nbd, when set, serves the disk instead of QEMU opening it (the power-cut matrix).
+	nbd *nbddisk.Disk
+	// console, when set, sees every console line too.
+	console func(line string)
 }
 
 // gateway makes a gateway's disk image: slot A from v1.0.0, data holding the files given
@@ -169,9 +178,8 @@ func newUpdateTest(ctx context.Context, t *testing.T, b board.Board) *updateTest
 	specs := []releaseSpec{{"v1.0.0", daemonPkg, "good"}, {"v1.1.0", daemonPkg, "good"}}
 	if b.Name == "qemu-x86_64" {
 		specs = append(specs, releaseSpec{"v1.2.0-unhealthy", daemonPkg, "unhealthy"}, releaseSpec{"v1.3.0", daemonPkg, "good"})
-	} else {
-		specs = append(specs, releaseSpec{"v1.2.0-panics", panicInit, ""})
 	}
+	specs = append(specs, releaseSpec{"v1.2.0-panics", panicInit, ""})
 	r := newReleases(ctx, t, b, specs, map[string]string{"good": updateConfig, "unhealthy": unhealthyConfig})
 	if b.Name == "qemu-x86_64" {
 		r.rotateKeys(t)
@@ -225,11 +233,20 @@ func (u *releases) makeRelease(t *testing.T, rel bundle.Release, kernel, initram
 // boot powers the gateway on: same disk, same NVRAM as before.
 func (u *updateTest) boot(t *testing.T) {
 	t.Helper()
+	disk := Disk{Path: u.disk}
+	if u.nbd != nil {
+		disk = Disk{NBD: u.nbd.Socket()}
+	}
 	vm, err := Start(u.ctx, Options{
-		Board: u.board, UEFIVars: u.vars, AllowReboot: true, Disks: []Disk{{Path: u.disk}},
+		Board: u.board, UEFIVars: u.vars, AllowReboot: true, Disks: []Disk{disk},
 		NICs:    []NIC{{Netdev: fmt.Sprintf("user,restrict=on,hostfwd=tcp:127.0.0.1:%d-:443", u.port) + u.netdev}},
 		Timeout: 15 * time.Minute,
-		Console: func(line string) { t.Log(u.name + ": " + line) },
+		Console: func(line string) {
+			t.Log(u.name + ": " + line)
+			if u.console != nil {
+				u.console(line)
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -292,13 +309,8 @@ var dashboardClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &
 
 func (u *updateTest) status(t *testing.T) update.Status {
 	t.Helper()
-	resp, err := u.request(http.MethodGet, "/api/update", nil)
+	st, err := u.statusErr()
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st update.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
 	return st
