@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # soak.sh TARGET RUNS [REV]: runs `make TARGET` RUNS times, each in a fresh clone of REV
-# (default HEAD) of this repository, the first with an empty Go build cache, and prints one
+# (default HEAD) of this repository with an empty Go build cache, and prints one
 # line per run (pass/FAIL, seconds) and the failing tests. A flaky test shows here; it is
 # issue 27's reliability check (unit and netns tiers 10 times, cluster and firmware 3).
 # The runs share out/kernels and out/cluster with this checkout (downloads and builds that
@@ -21,6 +21,7 @@ for i in $(seq 1 "$runs"); do
 	for shared in kernels cluster; do
 		[ -e "$top/out/$shared" ] && ln -s "$top/out/$shared" "$dir/out/$shared"
 	done
+	rm -rf "$cache"
 	start=$(date +%s)
 	if (cd "$dir" && GOCACHE="$cache" CI=true make "$target") >"$work/run$i.log" 2>&1; then
 		pass=$((pass + 1))
