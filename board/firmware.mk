@@ -60,10 +60,10 @@ deps-qemu: deps-image
 # for both boards). TestUpdate (qemu/update_test.go) updates a gateway booted from its disk
 # image through the dashboard: refused bundles write nothing, a good update commits, a
 # release that never becomes healthy (x86_64) or panics at boot (arm64) rolls back by
-# itself, and power cuts while writing, staged, during the trial and after the commit all
-# leave a good slot booting; then on both boards the power-cut matrix replays a cut before
-# every flush of an update and a rollback on a disk that loses unflushed writes and boots
-# 20 of them (qemu/powercut_test.go; about 13 min, both boards side by side). TestFleetRollout
+# itself, a staged update is activated later, and a power cut right after the commit keeps
+# it; then on both boards the power-cut matrix replays a cut before every flush of an update
+# and a rollback on a disk that loses unflushed writes and boots 10 of them
+# (qemu/powercut_test.go; about 11 min, both boards side by side). TestFleetRollout
 # (qemu/fleet_test.go) joins three qemu-x86_64 gateways to a real kube-apiserver (the
 # cluster tier's build) and rolls FirmwareRollouts out (about 3 min). Under CI=true a
 # missing QEMU, UEFI firmware, tool or kernel fails, never skips.

@@ -170,7 +170,7 @@ func (c *cutRun) points() []cutPoint {
 // bootBudget is how many cut points of one board make test boots: each boot takes 10-30 s
 // under TCG, and a run holds some 90 cut points. The disk of every cut point is checked
 // offline; EDGEGATE_POWERCUTS=all boots them all.
-const bootBudget = 12
+const bootBudget = 10
 
 // budget picks the cut points to boot, evenly spaced in turn among those that left the FAT
 // damaged (up to half the budget: PID 1 repairs them live), among the last of every step of

@@ -249,8 +249,12 @@ func (m *Manager) settle() error {
 		m.opts.Log.Info("trial boot of new firmware: committing once healthy", "slot", slot, "version", m.opts.Version,
 			"boot", t.Done, "of", t.Left+t.Done, "deadline", m.opts.TrialTimeout)
 	case p == nil:
-		if otherOK && otherEntry.entry.Tries != nil && otherEntry.entry.Tries.Bad() {
-			// A rollback recorded, and the power went before its spent entry was removed.
+		h := m.state.History
+		if otherOK && otherEntry.entry.Tries != nil && otherEntry.entry.Tries.Bad() &&
+			len(h) > 0 && h[0].Phase == PhaseRolledBack && h[0].To.Slot == other {
+			// The rollback is recorded, and the power went before its spent entry was
+			// removed. (A spent entry no attempt of ours made, say an image built with a
+			// trial slot, stays for the operator to see.)
 			m.opts.Log.Info("removing the spent entry of a rolled back update", "entry", otherEntry.file)
 			m.removeSpent(otherEntry)
 		}
