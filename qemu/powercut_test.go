@@ -418,7 +418,11 @@ func (c *cutRun) extractESP(disk, dir string) (string, error) {
 // out: the dirty flag Linux sets while the ESP is writable (also the one byte in which the
 // boot sector then differs from its backup).
 func fsckFAT(ctx context.Context, part string) string {
-	out, err := exec.CommandContext(ctx, "fsck.fat", "-n", part).CombinedOutput()
+	fsck, err := image.LookTool("fsck.fat") // /usr/sbin, which a user's PATH may lack
+	if err != nil {
+		return err.Error()
+	}
+	out, err := exec.CommandContext(ctx, fsck, "-n", part).CombinedOutput()
 	var found []string
 	for _, l := range strings.Split(string(out), "\n") {
 		l = strings.TrimSpace(l)

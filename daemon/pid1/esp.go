@@ -82,8 +82,8 @@ func (m *Machine) repairESP(node string) {
 		return
 	}
 	rep, err := RepairESP(f, size)
-	for _, f := range rep.Findings {
-		m.log.Warn("EFI system partition repaired", "dev", node, "finding", f.String())
+	for _, finding := range rep.Findings {
+		m.log.Warn("EFI system partition repaired", "dev", node, "finding", finding.String())
 	}
 	if err != nil {
 		m.log.Error("checking the EFI system partition failed; mounting it as it is", "dev", node, "err", err)
