@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/internal/prereq"
 	"github.com/edgegate/edgegate/qemu"
 )
 
@@ -53,12 +53,7 @@ func TestGuestResults(t *testing.T) {
 // the backend through the gateway (no rule there yet) and through the router. Every
 // connection must succeed and the reply must come after the handshake.
 func TestTopology(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the data-plane topology needs root (CI=true, so this fails)")
-		}
-		t.Skip("the data-plane topology needs root")
-	}
+	prereq.Root(t, "the data-plane topology")
 	topo, err := newTopology()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/edgegate/edgegate/firmware/fat"
 	"github.com/edgegate/edgegate/firmware/image"
 	"github.com/edgegate/edgegate/firmware/layout"
+	"github.com/edgegate/edgegate/internal/prereq"
 	"golang.org/x/sys/unix"
 )
 
@@ -161,12 +162,7 @@ func TestESPLoser(t *testing.T) {
 func fatImage(t *testing.T) string {
 	t.Helper()
 	mkfs, err := image.LookTool("mkfs.vfat")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	prereq.NoErr(t, err)
 	img := filepath.Join(t.TempDir(), "esp.img")
 	if err := os.WriteFile(img, nil, 0o644); err != nil {
 		t.Fatal(err)

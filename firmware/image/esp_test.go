@@ -11,19 +11,15 @@ import (
 	"testing"
 
 	"github.com/edgegate/edgegate/firmware/layout"
+	"github.com/edgegate/edgegate/internal/prereq"
 )
 
-// needTools skips t when the image tools are not installed, or fails it under CI=true,
-// where make deps-test installs them.
+// needTools: without the image tools (make deps-test installs them) t cannot run.
 func needTools(t *testing.T) {
 	t.Helper()
 	for _, tool := range Tools {
-		if _, err := LookTool(tool.Command); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatal(err)
-			}
-			t.Skip(err)
-		}
+		_, err := LookTool(tool.Command)
+		prereq.NoErr(t, err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/firmware/image"
+	"github.com/edgegate/edgegate/internal/prereq"
 	"github.com/edgegate/edgegate/qemu"
 	"github.com/edgegate/edgegate/qemu/nbddisk"
 )
@@ -33,20 +34,7 @@ func requireQEMUUtils(t *testing.T) {
 	t.Helper()
 	err := qemu.InstallTools(context.Background(),
 		image.Tool{Command: "qemu-io", Package: "qemu-utils"}, image.Tool{Command: "qemu-img", Package: "qemu-utils"})
-	need(t, err)
-}
-
-// need skips t for the missing tool err names, or fails it under CI=true, where
-// make deps-qemu has installed it.
-func need(t *testing.T, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(err)
-	}
-	t.Skip(err)
+	prereq.NoErr(t, err)
 }
 
 // startDisk serves a zeroed image of size bytes; it returns the disk and the image's path.
@@ -269,7 +257,7 @@ func TestQEMUSystemAttachesTheDiskWithItsWriteCacheOn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			need(t, qemu.Install(context.Background(), b))
+			prereq.NoErr(t, qemu.Install(context.Background(), b))
 			d, path := startDisk(t, 1<<20)
 			all, err := qemu.Args(qemu.Options{Board: b, Kernel: "k", Initramfs: "i", Disks: []qemu.Disk{{NBD: d.Socket()}}})
 			if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"maps"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	mt "github.com/edgegate/edgegate/daemon/model/modeltest"
 	"github.com/edgegate/edgegate/daemon/plan"
 	iptplan "github.com/edgegate/edgegate/daemon/plan/ipt"
+	"github.com/edgegate/edgegate/internal/prereq"
 )
 
 var installOnce sync.Once
@@ -26,13 +26,7 @@ var installOnce sync.Once
 // root and iptables-nft, which it installs with apt-get when missing.
 func needKernel(t testing.TB) {
 	t.Helper()
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		fail("kernel tests need root")
-	}
+	prereq.Root(t, "kernel tests")
 	if _, err := exec.LookPath("iptables-nft-save"); err != nil {
 		installOnce.Do(func() {
 			out, err := exec.Command("apt-get", "install", "-y", "--no-install-recommends", "iptables").CombinedOutput()
@@ -41,7 +35,7 @@ func needKernel(t testing.TB) {
 	}
 	for _, tool := range []string{"iptables-nft", "iptables-nft-save", "ip6tables-nft-save", "iptables-nft-restore", "ip6tables-nft-restore"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			fail("kernel tests need %s (Debian package iptables): %v", tool, err)
+			prereq.Missing(t, "kernel tests need %s (Debian package iptables): %v", tool, err)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/edgegate/edgegate/internal/prereq"
 )
 
 var seq atomic.Int32
@@ -19,26 +21,16 @@ var seq atomic.Int32
 // cannot run must never pass silently.
 func NeedRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("kernel tests need root under CI=true")
-	}
-	t.Skip("kernel tests need root")
+	prereq.Root(t, "kernel tests")
 }
 
 // NeedTool skips a test that runs a stock command (nft, iptables-nft) that is not
 // installed, or fails it under CI=true (make deps-test installs them).
 func NeedTool(t testing.TB, name string) {
 	t.Helper()
-	if _, err := exec.LookPath(name); err == nil {
-		return
+	if _, err := exec.LookPath(name); err != nil {
+		prereq.Missing(t, "%s is not installed (make deps-test installs it)", name)
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed (CI=true, so this fails; make deps-test installs it)", name)
-	}
-	t.Skipf("%s is not installed", name)
 }
 
 // NFT runs nft(8) with args inside the network namespace ns and returns what it printed;
