@@ -39,6 +39,7 @@ type abused struct {
 	slow            *lab.Host
 	slowFrom        netip.Addr
 	slowTo          string
+	tls             bool       // the listener speaks TLS: the slow client sends a handshake
 	conns           []net.Conn // the flood's, open until the test ends
 	resetAtDial     int        // flood connections the gate reset before the dial returned
 	slowTook        time.Duration
@@ -70,7 +71,7 @@ func TestListenerAbuse(t *testing.T) {
 	targets := []*abused{
 		{name: "healthz", flood: l.Client, floodTo: "10.200.1.1:10256", slow: l.Client2, slowTo: "10.200.3.1:10256"},
 		{name: "healthcheck", flood: l.Client, floodTo: "10.200.1.1:30410", slow: l.Client2, slowTo: "10.200.3.1:30410"},
-		{name: "dashboard", flood: l.Client, floodTo: "10.200.1.1:443", slow: l.Client2, slowTo: "10.200.3.1:443"},
+		{name: "dashboard", flood: l.Client, floodTo: "10.200.1.1:443", slow: l.Client2, slowTo: "10.200.3.1:443", tls: true},
 		// Metrics answer on loopback only: the clients are in the daemon's namespace, on
 		// loopback addresses of their own, so the test's scrapes from 127.0.0.1 still count
 		// as another source.
@@ -82,7 +83,7 @@ func TestListenerAbuse(t *testing.T) {
 
 	var slow, floods sync.WaitGroup
 	for _, a := range targets {
-		slow.Go(func() { a.slowTook, a.slErr = slowHeader(a.slow, a.slowFrom, a.slowTo, slowCutOffWithin) })
+		slow.Go(func() { a.slowTook, a.slErr = slowHeader(a.slow, a.slowFrom, a.slowTo, a.tls, slowCutOffWithin) })
 		floods.Go(func() { a.conns, a.resetAtDial, a.floodErr = flood(a.flood, a.floodFrom, a.floodTo, idlePerListener) })
 	}
 	t.Cleanup(func() {
@@ -128,7 +129,11 @@ func TestListenerAbuse(t *testing.T) {
 		case a.slErr != nil:
 			t.Errorf("%s: slow-header client: %v", a.name, a.slErr)
 		default:
-			t.Logf("%s: a header sent one byte a second was cut off after %v (header timeout %v)", a.name, a.slowTook.Round(time.Millisecond), listener.Default.ReadHeaderTimeout)
+			what := "a header"
+			if a.tls {
+				what = "a TLS handshake"
+			}
+			t.Logf("%s: %s sent one byte a second was cut off after %v (header timeout %v)", a.name, what, a.slowTook.Round(time.Millisecond), listener.Default.ReadHeaderTimeout)
 		}
 		t.Logf("%s: %d idle connections from %s: %d reset before the dial returned; %d refused per source, %d for the total, by the daemon's count",
 			a.name, idlePerListener, a.flood.Name, a.resetAtDial, refused[a.name+"/per_source"], refused[a.name+"/total"])
@@ -186,9 +191,9 @@ func flood(h *lab.Host, from netip.Addr, addr string, n int) (conns []net.Conn, 
 }
 
 // slowHeader connects from h to addr (from the address from, when valid) and sends one byte
-// of a header that never ends each second, until the daemon closes the connection; it
-// returns how long that took, or an error past limit.
-func slowHeader(h *lab.Host, from netip.Addr, addr string, limit time.Duration) (time.Duration, error) {
+// of a header (with tls, of a TLS handshake) that never ends each second, until the daemon
+// closes the connection; it returns how long that took, or an error past limit.
+func slowHeader(h *lab.Host, from netip.Addr, addr string, tls bool, limit time.Duration) (time.Duration, error) {
 	var c net.Conn
 	err := h.Do(func() error {
 		d := dialerFrom(from)
@@ -208,6 +213,11 @@ func slowHeader(h *lab.Host, from netip.Addr, addr string, limit time.Duration) 
 		_, _ = io.Copy(io.Discard, c)
 	}()
 	header := "GET / HTTP/1.1\r\nHost: gateway\r\nX-Slow: " + strings.Repeat("a", 100)
+	if tls {
+		// A TLS handshake record that announces a 512-byte ClientHello: the server waits in
+		// its handshake for the rest (plain text would be answered 400 after 5 bytes).
+		header = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + strings.Repeat("\x00", 100)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 0; ; i++ {
