@@ -10,14 +10,11 @@ import (
 	"testing"
 )
 
-// CI reports whether the tests run under CI=true.
-func CI() bool { return os.Getenv("CI") == "true" }
-
 // Missing skips t with the reason, or fails it under CI=true.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	reason := fmt.Sprintf(format, args...)
-	if CI() {
+	if os.Getenv("CI") == "true" {
 		t.Fatalf("%s (CI=true, so this fails)", reason)
 	}
 	t.Skip(reason)
