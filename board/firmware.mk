@@ -58,12 +58,13 @@ deps-qemu: deps-image
 # systemd-boot boots slot A; a slot B on trial that cannot boot is tried once, the machine
 # reboots into A by itself and the entry on the disk says edgegate-b+0-1.conf (about 105 s
 # for both boards). TestUpdate (qemu/update_test.go) updates a gateway booted from its disk
-# image through the dashboard: refused bundles write nothing, a good update commits, a
-# release that never becomes healthy (x86_64) or panics at boot (arm64) rolls back by
-# itself, a staged update is activated later, and a power cut right after the commit keeps
-# it; then on both boards the power-cut matrix replays a cut before every flush of an update
-# and a rollback on a disk that loses unflushed writes and boots 10 of them
-# (qemu/powercut_test.go; about 11 min, both boards side by side). TestFleetRollout
+# image through the dashboard. On both boards a good update commits and a release that
+# panics at boot rolls back by itself, on a disk that records every write; the power-cut
+# matrix then replays a cut before every flush of that run on a disk that loses unflushed
+# writes and boots 10 of them (qemu/powercut_test.go). On qemu-x86_64 a second gateway,
+# beside it, goes through the rest: refused bundles write nothing, a good update survives a
+# power cut right after the commit, a release that never becomes healthy rolls back, a
+# staged update is activated later (about 9.5 min for all three chains). TestFleetRollout
 # (qemu/fleet_test.go) joins three qemu-x86_64 gateways to a real kube-apiserver (the
 # cluster tier's build) and rolls FirmwareRollouts out (about 3 min). Under CI=true a
 # missing QEMU, UEFI firmware, tool or kernel fails, never skips.

@@ -22,8 +22,10 @@ func eachBoard(t *testing.T, names []string, require func(testing.TB, board.Boar
 				t.Fatal(err)
 			}
 			require(t, b)
+			// Cancelled at cleanup, not when body returns: body's parallel subtests run
+			// after it.
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
+			t.Cleanup(cancel)
 			body(ctx, t, b)
 		})
 	}

@@ -86,8 +86,7 @@ func (r *releases) powerCuts(t *testing.T, bad, badMarker string) {
 	}
 	start := time.Now()
 	c.record(t, badMarker)
-	u.vm.Kill()
-	_, _ = u.vm.Wait()
+	u.shutDown()
 	c.ops = d.Trace()
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
@@ -115,31 +114,28 @@ func (r *releases) powerCuts(t *testing.T, bad, badMarker string) {
 	}
 }
 
-// record runs the good update and the bad one, marking where each step was.
+// record runs the good update and the bad one, each checked as the flow checks it (good,
+// rollback), marking in the trace where each step was.
 func (c *cutRun) record(t *testing.T, badMarker string) {
 	u := c.updateTest
 	mark := func(name string) { c.marks[name] = len(u.nbd.Trace()) }
+	u.reached = func(marker string) {
+		switch {
+		case strings.HasPrefix(marker, "EDGEGATE-UPDATE committed"):
+			mark("good-committed")
+		case strings.HasPrefix(marker, "EDGEGATE-UPDATE rolled-back"):
+			mark("bad-rolled-back")
+		}
+	}
 	u.boot(t)
-	u.waitReady(t)
+	u.waitFactory(t)
 	mark("good-upload")
-	if code, a := u.upload(t, u.bundles["v1.1.0"], ""); code != http.StatusOK || a.Attempt == nil || a.Attempt.Phase != update.PhaseTrial {
-		t.Fatalf("upload: %d %+v", code, a)
+	if !t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, false) }) {
+		t.FailNow()
 	}
-	u.wait(t, "EDGEGATE-UPDATE committed slot=b")
-	mark("good-committed")
-	u.waitDashboard(t)
 	mark("bad-upload")
-	if code, a := u.upload(t, u.bundles[c.bad], ""); code != http.StatusOK || a.Attempt == nil || a.Attempt.Phase != update.PhaseTrial {
-		t.Fatalf("upload: %d %+v", code, a)
-	}
-	for boot := 1; boot <= update.DefaultTries; boot++ {
-		u.wait(t, badMarker)
-	}
-	u.wait(t, "EDGEGATE-UPDATE rolled-back slot=a")
-	mark("bad-rolled-back")
-	u.waitReady(t)
-	if st := u.status(t); st.Slot != layout.SlotB || st.History[0].Phase != update.PhaseRolledBack {
-		t.Fatalf("the recorded run ends on slot %s, last attempt %+v", st.Slot, st.History[0])
+	if !t.Run("panics", func(t *testing.T) { u.rollback(t, c.bad, layout.SlotA, badMarker) }) {
+		t.FailNow()
 	}
 	mark("end")
 }
