@@ -66,7 +66,8 @@ deps-qemu: deps-image
 # power cut right after the commit, a release that never becomes healthy rolls back, a
 # staged update is activated later (about 9.5 min for all three chains). TestFleetRollout
 # (qemu/fleet_test.go) joins three qemu-x86_64 gateways to a real kube-apiserver (the
-# cluster tier's build) and rolls FirmwareRollouts out (about 3 min). Under CI=true a
+# cluster tier's build) and rolls FirmwareRollouts out, one gateway's daemon panicking in its
+# slot Lease's renewer on the way (about 5 min). Under CI=true a
 # missing QEMU, UEFI firmware, tool or kernel fails, never skips.
 test-firmware: deps-qemu
 	@hack/require-root.sh

@@ -11,12 +11,15 @@ import (
 )
 
 // The fault boot's data partition: the announcer on for the client's segment (the veth
-// egt0-root the guest test makes), with the site's heartbeat key.
+// egt0-root the guest test makes), with the site's heartbeat key; the dashboard on loopback,
+// for the guest test's websocket client.
 const (
 	faultConfig = `loadBalancer:
   announce: true
   poolsFile: /var/lib/edgegate/pools.yaml
   keyFile: /var/lib/edgegate/lb.key
+dashboardBindAddress: 127.0.0.1:8080
+dashboardTokenFile: /var/lib/edgegate/dashboard-token
 `
 	faultPools = `pools:
 - name: client-segment
@@ -30,7 +33,8 @@ const (
 var faultRunEnded = regexp.MustCompile(`msg="the daemon's run ended" run=(\d+) reason=(\w+)`)
 
 // TestFaults boots the firmware of each QEMU board built with the fault hook (tag egfault)
-// and runs the guest test TestFaults: each goroutine family of the daemon panics, the sync
+// and runs the guest test TestFaults: each goroutine family of the daemon panics (the
+// dashboard's websocket reader as a client in the guest talks to it), the sync
 // loop deadlocks, the daemon allocates until its cgroup's memory limit, and PID 1's updater
 // panics, while a client in the guest sends requests through a ClusterIP and a LoadBalancer
 // IP. PID 1 must live through all of it (a kernel panic would end the boot), every request
@@ -48,6 +52,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("%s: fault image built in %v", b.Name, buildTime.Round(time.Millisecond))
 		disk := makeDataDiskWith(ctx, t, map[string]string{
 			"config.yaml": faultConfig, "pools.yaml": faultPools, "lb.key": faultKey,
+			"dashboard-token": "0123456789abcdef0123456789abcdef\n",
 		})
 		vm := startVM(ctx, t, Options{
 			Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(),
@@ -67,7 +72,7 @@ func TestFaults(t *testing.T) {
 				ended = append(ended, m[2])
 			}
 		}
-		want := "panic panic panic panic hang oom"
+		want := "panic panic panic panic panic hang oom"
 		if got := strings.Join(ended, " "); got != want {
 			t.Errorf("PID 1 logged the daemon's runs ending as %q, want %q", got, want)
 		}

@@ -42,7 +42,8 @@ const (
 // CRD and RBAC, three qemu-x86_64 gateways booted from their disk images through OVMF and
 // joined to it, bundles served over HTTP. A good FirmwareRollout with maxUnavailable 1
 // updates the three one at a time (never two between Draining and Updated) and ends
-// Complete; a rollout of a release that panics at every boot stops after the first
+// Complete, though gw1's daemon panics in its slot Lease's renewer on the way (a fault
+// armed on its data partition; the good rollout's releases carry the fault hook); a rollout of a release that panics at every boot stops after the first
 // gateway, which rolls back by itself and reports Failed, and the other two never start.
 func TestFleetRollout(t *testing.T) {
 	b, err := board.Load("qemu-x86_64")
@@ -65,8 +66,12 @@ func TestFleetRollout(t *testing.T) {
 	}
 	applyRolloutCRD(ctx, t, admin)
 
+	// The good rollout's two releases carry the fault hook, so that the rollout-lease
+	// fault armed on gw1's data partition fires in whichever of its runs renews its slot
+	// first.
+	faultTags := []string{"egfault"}
 	r := newReleases(ctx, t, b, []releaseSpec{
-		{"v1.0.0", daemonPkg, "fleet"}, {"v1.1.0", daemonPkg, "fleet"}, {"v1.2.0-panics", panicInit, ""},
+		{"v1.0.0", daemonPkg, "fleet", faultTags}, {"v1.1.0", daemonPkg, "fleet", faultTags}, {"v1.2.0-panics", panicInit, "", nil},
 	}, map[string]string{"fleet": fleetImageConfig})
 	bundles := serveBundles(t, r)
 	relay := buildRelay(ctx, t)
@@ -76,11 +81,15 @@ func TestFleetRollout(t *testing.T) {
 	var gws []*updateTest
 	for i := range 3 {
 		name := fmt.Sprintf("gw%d", i+1)
-		gws = append(gws, r.gateway(t, name, map[string]string{
+		data := map[string]string{
 			"config.yaml": fmt.Sprintf(fleetDataConfig, fleetAPIAddr, name),
 			"token":       c.GatewayToken + "\n",
 			"ca.crt":      string(c.CAPEM),
-		}, netdev))
+		}
+		if i == 0 {
+			data["faults/"+rolloutLeasePoint] = "panic\n" // on the data partition: fault.DataDir
+		}
+		gws = append(gws, r.gateway(t, name, data, netdev))
 	}
 	for _, g := range gws {
 		g.boot(t)
@@ -116,6 +125,7 @@ func TestFleetRollout(t *testing.T) {
 			t.Errorf("more than maxUnavailable=1 gateway updating at once: %v", overlaps)
 		}
 		t.Logf("good rollout: all 3 gateways updated one at a time (%s) in %v", strings.Join(order, ", "), time.Since(start).Round(time.Millisecond))
+		checkRolloutLeaseFault(t, gws[0])
 	})
 
 	t.Run("bad", func(t *testing.T) {
@@ -158,6 +168,30 @@ func TestFleetRollout(t *testing.T) {
 	})
 }
 
+// rolloutLeasePoint is daemon/internal/fault.RolloutLease.
+const rolloutLeasePoint = "rollout-lease"
+
+// checkRolloutLeaseFault: the fault armed on g's data partition panicked the rollout slot
+// Lease's renewer while g held its slot, PID 1 counted the run's end as a panic and started
+// the daemon again, and the rollout went on (the caller checked it completed).
+func checkRolloutLeaseFault(t *testing.T, g *updateTest) {
+	t.Helper()
+	injected, panics := false, 0
+	for _, l := range g.vm.Lines() {
+		if strings.Contains(l.Text, "egfault: injecting panic at "+rolloutLeasePoint) {
+			injected = true
+		}
+		if m := faultRunEnded.FindStringSubmatch(l.Text); m != nil && m[2] == "panic" {
+			panics++
+		}
+	}
+	if !injected || panics != 1 {
+		t.Errorf("%s: the armed %s fault: injected %v, daemon runs ended by a panic %d, want true and 1", g.name, rolloutLeasePoint, injected, panics)
+		return
+	}
+	t.Logf("%s: the slot Lease's renewer panicked; PID 1 restarted the daemon and the rollout went on", g.name)
+}
+
 // The gateways' configuration: the image's (dashboard token, a trial long enough to join
 // the cluster under TCG) and the data partition's (the cluster, the gateway's name).
 const (
@@ -175,6 +209,7 @@ dashboardBindAddress: 0.0.0.0:443
 update:
   trialTimeout: 3m
   drainSettle: 2s
+  rolloutLease: 30s
 `
 )
 

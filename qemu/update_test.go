@@ -100,9 +100,12 @@ type releases struct {
 	next bundle.PrivateKey
 }
 
-// releaseSpec is one release: its version, the package that becomes /init, and its
-// configuration file in the releases' directory ("" for none).
-type releaseSpec struct{ version, init, config string }
+// releaseSpec is one release: its version, the package that becomes /init, its
+// configuration file in the releases' directory ("" for none) and the build tags of /init.
+type releaseSpec struct {
+	version, init, config string
+	tags                  []string
+}
 
 const daemonPkg = "github.com/edgegate/edgegate/daemon"
 
@@ -121,7 +124,7 @@ func newReleases(ctx context.Context, t *testing.T, b board.Board, specs []relea
 	}
 	start := time.Now()
 	for _, s := range specs {
-		r.release(t, s.version, s.init, s.config)
+		r.release(t, s)
 	}
 	cache, err := debianCache(ctx)
 	if err != nil {
@@ -165,6 +168,9 @@ func (r *releases) gateway(t *testing.T, name string, data map[string]string, ne
 	}
 	writeTestFile(t, filepath.Join(content, "dashboard-token"), []byte(dashboardToken+"\n"))
 	for f, c := range data {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(content, f)), 0o700); err != nil {
+			t.Fatal(err)
+		}
 		writeTestFile(t, filepath.Join(content, f), []byte(c))
 	}
 	u.disk, u.vars = filepath.Join(dir, "disk.img"), filepath.Join(dir, "vars.fd")
@@ -181,11 +187,11 @@ func (r *releases) gateway(t *testing.T, name string, data map[string]string, ne
 // gateways may share them.
 func updateReleases(ctx context.Context, t *testing.T, b board.Board) *releases {
 	t.Helper()
-	specs := []releaseSpec{{"v1.0.0", daemonPkg, "good"}, {"v1.1.0", daemonPkg, "good"}}
+	specs := []releaseSpec{{"v1.0.0", daemonPkg, "good", nil}, {"v1.1.0", daemonPkg, "good", nil}}
 	if b.Name == "qemu-x86_64" {
-		specs = append(specs, releaseSpec{"v1.2.0-unhealthy", daemonPkg, "unhealthy"}, releaseSpec{"v1.3.0", daemonPkg, "good"})
+		specs = append(specs, releaseSpec{"v1.2.0-unhealthy", daemonPkg, "unhealthy", nil}, releaseSpec{"v1.3.0", daemonPkg, "good", nil})
 	}
-	specs = append(specs, releaseSpec{"v1.2.0-panics", panicInit, ""})
+	specs = append(specs, releaseSpec{"v1.2.0-panics", panicInit, "", nil})
 	r := newReleases(ctx, t, b, specs, map[string]string{"good": updateConfig, "unhealthy": unhealthyConfig})
 	if b.Name == "qemu-x86_64" {
 		r.rotateKeys(t)
@@ -196,20 +202,20 @@ func updateReleases(ctx context.Context, t *testing.T, b board.Board) *releases 
 // panicInit is the init of a release that panics at every boot.
 const panicInit = "github.com/edgegate/edgegate/qemu/testdata/panicinit"
 
-// release builds a firmware with version and bundles it, signed with the test key. An
-// empty config leaves the image's configuration out (an init that is not the daemon).
-func (u *releases) release(t *testing.T, version, init, config string) {
+// release builds the firmware s says and bundles it, signed with the test key. An empty
+// config leaves the image's configuration out (an init that is not the daemon).
+func (u *releases) release(t *testing.T, s releaseSpec) {
 	t.Helper()
-	img := TestImage{Board: u.board, Init: init, Version: version, UpdateKeys: []string{u.pubFile}}
-	if config != "" {
-		img.Config = filepath.Join(u.dir, config+".yaml")
+	img := TestImage{Board: u.board, Init: s.init, Tags: s.tags, Version: s.version, UpdateKeys: []string{u.pubFile}}
+	if s.config != "" {
+		img.Config = filepath.Join(u.dir, s.config+".yaml")
 		img.Manifests = "testdata/firmwaretest/manifests"
 	}
 	fw, err := BuildTestImage(u.ctx, u.log, t.TempDir(), img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.bundles[version] = u.makeBundle(t, version, u.board.Name, fw.Kernel(), fw.Initramfs(), u.priv)
+	u.bundles[s.version] = u.makeBundle(t, s.version, u.board.Name, fw.Kernel(), fw.Initramfs(), u.priv)
 }
 
 func (u *releases) makeBundle(t *testing.T, version, boardName, kernel, initramfs string, key bundle.PrivateKey) string {

@@ -203,7 +203,7 @@ func (j *joined) close() { j.table.Close() }
 // it drains the gateway through dr, downloads the bundle and hands it to the updater.
 // Bundles on https are verified against the cluster's CA and the system's, where the
 // firmware has any.
-func (j *joined) rolloutController(nodeName string, updates rollout.Updater, dr *drains, settle time.Duration) (*rollout.Controller, error) {
+func (j *joined) rolloutController(nodeName string, updates rollout.Updater, dr *drains, cfg UpdateConfiguration) (*rollout.Controller, error) {
 	dyn, err := dynamic.NewForConfig(j.rest)
 	if err != nil {
 		return nil, fmt.Errorf("cluster client for FirmwareRollouts: %w", err)
@@ -223,9 +223,10 @@ func (j *joined) rolloutController(nodeName string, updates rollout.Updater, dr 
 	transport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return &rollout.Controller{
 		NodeName: nodeName, Client: j.client, Dynamic: dyn, Updater: updates,
-		Drain:      func(on bool) { dr.set(drainUpdate, on) },
-		Settle:     settle,
-		HTTPClient: &http.Client{Transport: transport},
-		Log:        j.log.With("component", "rollout"),
+		Drain:         func(on bool) { dr.set(drainUpdate, on) },
+		Settle:        cfg.DrainSettle.Duration,
+		LeaseDuration: cfg.RolloutLease.Duration,
+		HTTPClient:    &http.Client{Transport: transport},
+		Log:           j.log.With("component", "rollout"),
 	}, nil
 }

@@ -142,6 +142,10 @@ type UpdateConfiguration struct {
 	// DrainSettle is how long a gateway a fleet rollout updates drains (its /healthz
 	// failing, its LoadBalancer IPs handed over) before it downloads and reboots.
 	DrainSettle Duration `json:"drainSettle"`
+	// RolloutLease is how long a fleet rollout's slot Lease stays this gateway's without
+	// renewal (it renews every fifth of it). A gateway whose reboot outlasts it keeps its
+	// slot all the same while its entry says it is updating.
+	RolloutLease Duration `json:"rolloutLease"`
 }
 
 // LoadBalancerConfiguration is the LoadBalancer IP part: the pools, their announcement
@@ -209,7 +213,7 @@ func defaults() Config {
 		LoadBalancer: LoadBalancerConfiguration{HeartbeatPort: member.DefaultPort,
 			HeartbeatInterval: Duration{member.DefaultInterval}, HeartbeatTimeout: Duration{member.DefaultTimeout}},
 		Update: UpdateConfiguration{Tries: update.DefaultTries, TrialTimeout: Duration{update.DefaultTrialTimeout},
-			DrainSettle: Duration{rollout.DefaultSettle}},
+			DrainSettle: Duration{rollout.DefaultSettle}, RolloutLease: Duration{rollout.DefaultLeaseDuration}},
 		Conntrack: ConntrackConfiguration{MaxPerCore: conntrack.DefaultTuning.MaxPerCore, Min: conntrack.DefaultTuning.Min,
 			TCPEstablishedTimeout: Duration{conntrack.DefaultTuning.TCPEstablished}, TCPCloseWaitTimeout: Duration{conntrack.DefaultTuning.TCPCloseWait}},
 
@@ -315,6 +319,7 @@ func ParseConfig(args []string) (Config, error) {
 	fs.IntVar(&c.Update.Tries, "update-tries", c.Update.Tries, "firmware: boots a new firmware gets to prove healthy before the old slot comes back")
 	fs.Var(durationFlag(&c.Update.TrialTimeout), "update-trial-timeout", "firmware: how long a new firmware's boot may take to become healthy (network up, source loaded, rules programmed) before it reboots")
 	fs.Var(durationFlag(&c.Update.DrainSettle), "update-drain-settle", "firmware: how long a gateway drains before a fleet rollout updates it (load balancers notice its failing /healthz)")
+	fs.Var(durationFlag(&c.Update.RolloutLease), "update-rollout-lease", "firmware: how long a fleet rollout's slot Lease stays this gateway's without renewal (renewed every fifth of it)")
 	fs.IntVar(&c.Conntrack.MaxPerCore, "conntrack-max-per-core", c.Conntrack.MaxPerCore, "connection tracking entries per CPU (nf_conntrack_max, raised, never lowered); 0 leaves the table size alone")
 	fs.IntVar(&c.Conntrack.Min, "conntrack-min", c.Conntrack.Min, "least nf_conntrack_max, whatever the CPUs")
 	fs.Var(durationFlag(&c.Conntrack.TCPEstablishedTimeout), "conntrack-tcp-timeout-established", "idle timeout of established TCP connections (0 leaves the kernel's)")
@@ -399,6 +404,9 @@ func (c *Config) validate() error {
 	}
 	if c.Update.DrainSettle.Duration < 0 {
 		errs = append(errs, fmt.Errorf("--update-drain-settle (update.drainSettle): must not be negative"))
+	}
+	if c.Update.RolloutLease.Duration < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--update-rollout-lease (update.rolloutLease): %s, want at least 10s", c.Update.RolloutLease))
 	}
 	if c.Update.TrialTimeout.Duration < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--update-trial-timeout (update.trialTimeout): %s, want at least 10s (a boot takes seconds)", c.Update.TrialTimeout))

@@ -44,6 +44,8 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{[]string{"--nodeport-addresses", "nonsense"}, "--nodeport-addresses"},
 		{[]string{"--listener-max-connections-per-source", "0"}, "--listener-max-connections-per-source"},
 		{[]string{"--listener-max-connections", "-1"}, "--listener-max-connections"},
+		{[]string{"--update-trial-timeout", "2s"}, "--update-trial-timeout"},
+		{[]string{"--update-rollout-lease", "5s"}, "update.rolloutLease"},
 	} {
 		_, err := ParseConfig(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -31,7 +31,7 @@ func joinCluster(cfg Config, version, nodeName string, sl *syncLoop, health *hea
 		}
 	}
 	if fw != nil {
-		if cl.rollouts, err = cl.rolloutController(nodeName, fw.updates, dr, cfg.Update.DrainSettle.Duration); err != nil {
+		if cl.rollouts, err = cl.rolloutController(nodeName, fw.updates, dr, cfg.Update); err != nil {
 			cl.close()
 			return nil, err
 		}

@@ -3,8 +3,8 @@
 // test armed a fault there and, once, panics, blocks or allocates until the kernel kills
 // the process. Without the tag (every image that ships) Point is empty and inlined away.
 //
-// A test arms a fault by writing a file named after the point into Dir whose content is
-// the kind, e.g. `echo panic > /run/edgegate/faults/dashboard-sampler` (or under a name
+// A test arms a fault by writing a file named after the point into Dir (or DataDir) whose
+// content is the kind, e.g. `echo panic > /run/edgegate/faults/dashboard-sampler` (or under a name
 // starting with a dot, renamed into place). Within 100 ms, the first Point call that finds
 // it removes the file, writes "egfault: injecting <kind> at <point>" to standard error and
 // injects.
@@ -12,6 +12,11 @@ package fault
 
 // Dir holds the armed faults, one file per point.
 const Dir = "/run/edgegate/faults"
+
+// DataDir holds faults armed on the data partition before the machine boots, for a test
+// whose guest runs no test program of its own (the fleet's gateways): such a fault
+// survives reboots until a Point takes it. One armed in Dir wins over one here.
+const DataDir = "/var/lib/edgegate/faults"
 
 // A Kind is what an armed point does to the goroutine that reaches it.
 type Kind string

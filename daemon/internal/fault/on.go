@@ -23,14 +23,14 @@ const pollEvery = 100 * time.Millisecond
 const chunk = 16 << 20
 
 var (
-	// dir and stderr are Dir and os.Stderr; the package's tests replace them before the
-	// first Point.
-	dir              = Dir
+	// dirs and stderr are Dir, DataDir and os.Stderr; the package's tests replace them
+	// before the first Point.
+	dirs             = []string{Dir, DataDir}
 	stderr io.Writer = os.Stderr
 
-	// armed is the point -> kind map the watcher read last; nil until the first Point
+	// armed is the point -> fault map the watcher read last; nil until the first Point
 	// starts the watcher. Point reads it without a lock: the watcher replaces it whole.
-	armed     atomic.Pointer[map[string]Kind]
+	armed     atomic.Pointer[map[string]armedFault]
 	startOnce sync.Once
 
 	// hoard keeps what Alloc allocated reachable, so that no collection frees it.
@@ -38,22 +38,28 @@ var (
 	hoard   [][]byte
 )
 
+// armedFault is an armed point's kind and the file that armed it.
+type armedFault struct {
+	kind Kind
+	file string
+}
+
 // Point injects the fault armed for name, if any, into the calling goroutine, once: the
-// first caller to remove the point's file from Dir injects, the others carry on. It costs
-// an atomic load and a map read when nothing is armed.
+// first caller to remove the point's file injects, the others carry on. It costs an atomic
+// load and a map read when nothing is armed.
 func Point(name string) {
 	m := armed.Load()
 	if m == nil {
 		start()
 		m = armed.Load()
 	}
-	if kind, ok := (*m)[name]; ok {
-		inject(name, kind)
+	if f, ok := (*m)[name]; ok {
+		inject(name, f)
 	}
 }
 
-// start reads Dir once, so that a fault armed before the first Point is injected by it,
-// and then keeps reading it every pollEvery.
+// start reads the dirs once, so that a fault armed before the first Point is injected by
+// it, and then keeps reading them every pollEvery.
 func start() {
 	startOnce.Do(func() {
 		scan()
@@ -71,37 +77,45 @@ func start() {
 // content is no Kind is removed, and said on stderr, so that a test's typo does not go
 // unnoticed.
 func scan() {
-	m := map[string]Kind{}
-	entries, _ := os.ReadDir(dir) // a missing dir arms nothing
-	for _, e := range entries {
-		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue // taken by a Point meanwhile
-		}
-		switch k := Kind(strings.TrimSpace(string(b))); k {
-		case "":
-		case Panic, Block, Alloc:
-			m[e.Name()] = k
-		default:
-			if os.Remove(filepath.Join(dir, e.Name())) == nil {
-				say("egfault: ignoring " + e.Name() + ": unknown kind " + string(k) + " (panic, block or alloc)")
+	m := map[string]armedFault{}
+	for _, dir := range dirs {
+		entries, _ := os.ReadDir(dir) // a missing dir arms nothing
+		for _, e := range entries {
+			if _, ok := m[e.Name()]; ok || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			file := filepath.Join(dir, e.Name())
+			b, err := os.ReadFile(file)
+			if err != nil {
+				continue // taken by a Point meanwhile
+			}
+			switch k := Kind(strings.TrimSpace(string(b))); k {
+			case "":
+			case Panic, Block, Alloc:
+				m[e.Name()] = armedFault{k, file}
+			default:
+				if os.Remove(file) == nil {
+					say("egfault: ignoring " + file + ": unknown kind " + string(k) + " (panic, block or alloc)")
+				}
 			}
 		}
 	}
 	armed.Store(&m)
 }
 
-// inject removes name's file and injects kind; when the removal fails, another caller
-// took the fault and inject returns.
-func inject(name string, kind Kind) {
-	if os.Remove(filepath.Join(dir, name)) != nil {
+// inject removes f's file and injects its kind; when the removal fails, another caller
+// took the fault and inject returns. The removal is synced first, so that a fault armed on
+// the data partition does not come back with the reboot that may follow.
+func inject(name string, f armedFault) {
+	if os.Remove(f.file) != nil {
 		return
 	}
-	say("egfault: injecting " + string(kind) + " at " + name)
-	switch kind {
+	if d, err := os.Open(filepath.Dir(f.file)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	say("egfault: injecting " + string(f.kind) + " at " + name)
+	switch f.kind {
 	case Panic:
 		panic("egfault: " + name)
 	case Block:

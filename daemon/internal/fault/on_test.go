@@ -28,25 +28,35 @@ const allocChild = "EGFAULT_TEST_ALLOC_CHILD"
 func TestMain(m *testing.M) {
 	if d := os.Getenv(allocChild); d != "" {
 		dir = d
+		dirs = []string{d}
 		os.Exit(m.Run())
 	}
-	d, err := os.MkdirTemp("", "egfault")
+	var err error
+	if dir, err = os.MkdirTemp("", "egfault"); err == nil {
+		dataDir, err = os.MkdirTemp("", "egfault-data")
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	dir, stderr = d, &out
+	dirs, stderr = []string{dir, dataDir}, &out
 	code := m.Run()
-	_ = os.RemoveAll(d)
+	_ = os.RemoveAll(dir)
+	_ = os.RemoveAll(dataDir)
 	os.Exit(code)
 }
 
-func arm(t *testing.T, point, content string) {
+// dir and dataDir stand for Dir and DataDir.
+var dir, dataDir string
+
+func arm(t *testing.T, point, content string) { armIn(t, dir, point, content) }
+
+func armIn(t *testing.T, d, point, content string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, point), []byte(content+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d, point), []byte(content+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.Remove(filepath.Join(dir, point)) })
+	t.Cleanup(func() { _ = os.Remove(filepath.Join(d, point)) })
 }
 
 // seen waits until the watcher has read point's file.
@@ -71,12 +81,18 @@ func caught(point string) (v any) {
 	return nil
 }
 
+// injects calls Point and fails t unless it panicked with point's fault.
+func injects(t *testing.T, point string) {
+	t.Helper()
+	if v := caught(point); v != "egfault: "+point {
+		t.Fatalf("Point panicked with %v, want egfault: %s", v, point)
+	}
+}
+
 func TestPanicOnce(t *testing.T) {
 	arm(t, "t-panic", string(Panic))
 	seen(t, "t-panic")
-	if v := caught("t-panic"); v != "egfault: t-panic" {
-		t.Fatalf("Point panicked with %v, want egfault: t-panic", v)
-	}
+	injects(t, "t-panic")
 	if !gone("t-panic") {
 		t.Error("the injected fault's file is still there")
 	}
@@ -85,6 +101,28 @@ func TestPanicOnce(t *testing.T) {
 	}
 	if v := caught("t-panic"); v != nil {
 		t.Errorf("injected twice: %v", v)
+	}
+}
+
+// TestDataDir: a fault armed on the data partition is injected and removed from there; one
+// armed in Dir at the same time is taken first.
+func TestDataDir(t *testing.T) {
+	arm(t, "t-data", string(Panic)) // first: a scan between the two must not see DataDir's alone
+	armIn(t, dataDir, "t-data", string(Panic))
+	seen(t, "t-data")
+	injects(t, "t-data")
+	if !gone("t-data") {
+		t.Fatal("the fault in Dir was not the one taken")
+	}
+	testkit.WaitFor(t, "the fault in DataDir armed", 5*time.Second, 10*time.Millisecond, func() bool {
+		return (*armed.Load())["t-data"].file == filepath.Join(dataDir, "t-data")
+	})
+	injects(t, "t-data")
+	if _, err := os.Stat(filepath.Join(dataDir, "t-data")); !os.IsNotExist(err) {
+		t.Errorf("the injected fault's file is still on the data partition: %v", err)
+	}
+	if v := caught("t-data"); v != nil {
+		t.Errorf("injected a third time: %v", v)
 	}
 }
 
@@ -139,7 +177,7 @@ func TestBlock(t *testing.T) {
 func TestNotYetArmed(t *testing.T) {
 	arm(t, "t-typo", "explode")
 	testkit.WaitFor(t, "the unknown kind refused", 5*time.Second, 10*time.Millisecond, func() bool { return gone("t-typo") })
-	if want := "egfault: ignoring t-typo: unknown kind explode (panic, block or alloc)\n"; !strings.Contains(out.String(), want) {
+	if want := "egfault: ignoring " + filepath.Join(dir, "t-typo") + ": unknown kind explode (panic, block or alloc)\n"; !strings.Contains(out.String(), want) {
 		t.Errorf("stderr does not say %q:\n%s", want, out.String())
 	}
 	if err := os.WriteFile(filepath.Join(dir, "t-empty"), nil, 0o644); err != nil {

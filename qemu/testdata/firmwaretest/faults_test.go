@@ -13,15 +13,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // The fault boot's side (qemu/faults_test.go): the image is built with the tag egfault, the
 // data partition turns the LoadBalancer announcer on for echo-lb on egt0-root, and the
 // kernel command line sets a short hang timeout and a small memory limit for the daemon.
 const (
-	faultDir    = "/run/edgegate/faults" // daemon/internal/fault.Dir
-	metricsURL  = "http://127.0.0.1:10249/metrics"
-	manifestDir = "/etc/edgegate/manifests"
+	faultDir   = "/run/edgegate/faults" // daemon/internal/fault.Dir
+	metricsURL = "http://127.0.0.1:10249/metrics"
+	// The dashboard on loopback (plain HTTP there) and its token, from the data partition.
+	dashboardWS    = "ws://127.0.0.1:8080/api/ws"
+	dashboardToken = "/var/lib/edgegate/dashboard-token"
+	manifestDir    = "/etc/edgegate/manifests"
 )
 
 var lbIP = netip.MustParseAddr("10.201.1.100")
@@ -32,10 +37,14 @@ type faultCase struct {
 	point, kind, reason string
 	// sync: the point runs at a sync, which the test causes by adding a manifest.
 	sync bool
+	// ws: the point runs in a websocket client's reader, at each message the client
+	// sends; the test connects one to the dashboard and sends until the daemon ends.
+	ws bool
 }
 
 var faultCases = []faultCase{
 	{point: "dashboard-sampler", kind: "panic", reason: "panic"},
+	{point: "dashboard-websocket", kind: "panic", reason: "panic", ws: true},
 	{point: "lb-heartbeat", kind: "panic", reason: "panic"},
 	{point: "lb-announce", kind: "panic", reason: "panic"},
 	{point: "sync", kind: "panic", reason: "panic", sync: true},
@@ -57,6 +66,9 @@ func TestFaults(t *testing.T) {
 	runFaults(t, faultCases, func(i int, c faultCase) {
 		if c.sync {
 			changeManifests(t, i)
+		}
+		if c.ws {
+			go talkToDashboard()
 		}
 	})
 }
@@ -157,6 +169,39 @@ func arm(t *testing.T, c faultCase) {
 	}
 	if err := os.Rename(tmp, filepath.Join(faultDir, c.point)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// talkToDashboard connects a websocket client to the dashboard, as its page does, and sends
+// a message every 200 ms until the connection breaks (the daemon's run ended) or for two
+// minutes at most. It may outlive the test, so it prints rather than logs, and fails
+// nothing: the restart the test waits for says whether the point ran.
+func talkToDashboard() {
+	token, err := os.ReadFile(dashboardToken)
+	if err != nil {
+		fmt.Printf("websocket client: %v\n", err)
+		return
+	}
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	conn, _, err := d.Dial(dashboardWS, http.Header{"Authorization": {"Bearer " + strings.TrimSpace(string(token))}})
+	if err != nil {
+		fmt.Printf("websocket client: %v\n", err)
+		return
+	}
+	defer conn.Close()
+	go func() { // the dashboard's pushes, read and dropped
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if err := conn.WriteMessage(websocket.TextMessage, []byte("poke")); err != nil {
+			fmt.Printf("websocket client: the connection ended: %v\n", err)
+			return
+		}
 	}
 }
 
