@@ -117,13 +117,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	t.Run("guest", guest.Report)
 	poweredOff(t, vm)
-	var ended []string
-	for _, l := range vm.Lines() {
-		if m := faultRunEnded.FindStringSubmatch(l.Text); m != nil {
-			ended = append(ended, m[2])
-		}
-	}
-	if got := strings.Join(ended, " "); got != "panic panic panic" {
+	if got := runEnds(vm); got != "panic panic panic" {
 		t.Errorf("PID 1 logged the daemon's runs ending as %q, want three panics", got)
 	}
 }

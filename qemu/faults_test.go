@@ -32,6 +32,18 @@ dashboardTokenFile: /var/lib/edgegate/dashboard-token
 // faultRunEnded matches PID 1's line for a run of the daemon that ended early.
 var faultRunEnded = regexp.MustCompile(`msg="the daemon's run ended" run=(\d+) reason=(\w+)`)
 
+// runEnds is how PID 1 said the daemon's runs that ended early ended, in order, joined by
+// spaces ("panic hang").
+func runEnds(vm *VM) string {
+	var ended []string
+	for _, l := range vm.Lines() {
+		if m := faultRunEnded.FindStringSubmatch(l.Text); m != nil {
+			ended = append(ended, m[2])
+		}
+	}
+	return strings.Join(ended, " ")
+}
+
 // TestFaults boots the firmware of each QEMU board built with the fault hook (tag egfault)
 // and runs the guest test TestFaults: each goroutine family of the daemon panics (the
 // dashboard's websocket reader as a client in the guest talks to it), the sync
@@ -52,7 +64,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("%s: fault image built in %v", b.Name, buildTime.Round(time.Millisecond))
 		disk := makeDataDiskWith(ctx, t, map[string]string{
 			"config.yaml": faultConfig, "pools.yaml": faultPools, "lb.key": faultKey,
-			"dashboard-token": "0123456789abcdef0123456789abcdef\n",
+			"dashboard-token": dashboardToken + "\n",
 		})
 		vm := startVM(ctx, t, Options{
 			Board: b, Kernel: fw.Kernel(), Initramfs: fw.Initramfs(),
@@ -66,14 +78,8 @@ func TestFaults(t *testing.T) {
 		waitFor(t, vm, "EDGEGATE-READY")
 		runGuest(t, vm)
 		poweredOff(t, vm)
-		var ended []string
-		for _, l := range vm.Lines() {
-			if m := faultRunEnded.FindStringSubmatch(l.Text); m != nil {
-				ended = append(ended, m[2])
-			}
-		}
 		want := "panic panic panic panic panic hang oom"
-		if got := strings.Join(ended, " "); got != want {
+		if got := runEnds(vm); got != want {
 			t.Errorf("PID 1 logged the daemon's runs ending as %q, want %q", got, want)
 		}
 	})
