@@ -18,7 +18,6 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/pid1"
 	"github.com/edgegate/edgegate/daemon/update"
-	"github.com/edgegate/edgegate/firmware/fat"
 	"github.com/edgegate/edgegate/firmware/image"
 	"github.com/edgegate/edgegate/firmware/layout"
 	"github.com/edgegate/edgegate/qemu/nbddisk"
@@ -26,9 +25,10 @@ import (
 
 // The update power-cut matrix. A gateway's disk is served by nbddisk, a disk with a volatile
 // write cache that records every write and flush the guest sends. One run takes a good
-// update (upload, trial boot, systemd-boot's rename of the boot-counter entry, commit) and a
-// release that panics at every boot (systemd-boot counting its tries down, the fallback, the
-// old firmware cleaning up). Every flush of that run is then a cut point: the disk a power
+// update (upload, the one-shot trial boot, systemd-boot's rename of the entry counting it,
+// the commit) and a release that panics at every boot (each try armed by the old firmware,
+// systemd-boot counting the boot, the fallback, the old firmware recording the rollback and
+// cleaning up). Every flush of that run is then a cut point: the disk a power
 // cut just before it would have left is rebuilt offline (nbddisk.Replay), with the writes
 // not yet flushed lost, kept, torn at sector granularity and reordered by a seeded policy,
 // and the gateway boots from it. Each must boot a good slot with its data partition mounted,
@@ -287,7 +287,7 @@ func (c *cutRun) offlineCheck(t *testing.T, p *cutPoint) {
 		return
 	}
 	p.damaged = st.fsck != "clean"
-	p.summary += fmt.Sprintf("; fsck.fat: %s; PID 1's repair: %s; entries then %v", st.fsck, st.repair, st.entries)
+	p.summary += fmt.Sprintf("; fsck.fat: %s; the boot loader finds %v; PID 1's repair: %s; entries then %v", st.fsck, st.loader, st.repair, st.entries)
 	t.Logf("%s", p.summary)
 }
 
@@ -336,13 +336,15 @@ func (c *cutRun) bootCheck(t *testing.T, p cutPoint) {
 // cutState is what a cut left on the ESP, looked at offline.
 type cutState struct {
 	fsck    string   // what fsck.fat says of it
+	loader  []string // the boot entries as the boot loader finds them, its default first
 	repair  string   // what PID 1's check and repair does to it (on a copy)
 	entries []string // the boot entries after that repair
 }
 
-// offline looks at the ESP a cut left without booting: fsck.fat's findings, then PID 1's
-// repair run on a copy of the partition, after which fsck.fat must find nothing and at
-// least one entry must be bootable.
+// offline looks at the ESP a cut left without booting: fsck.fat's findings, the entries
+// as the boot loader finds them (it must boot a committed slot by default), then PID 1's
+// repair run on a copy of the partition, after which fsck.fat must find nothing and the
+// default must still be a committed slot.
 func (c *cutRun) offline(disk, dir string) (cutState, error) {
 	var st cutState
 	part, err := c.extractESP(disk, dir)
@@ -353,18 +355,28 @@ func (c *cutRun) offline(disk, dir string) (cutState, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
 	st.fsck = fsckFAT(ctx, part)
+	// What systemd-boot finds: the ESP as the cut left it, before PID 1 runs.
 	f, err := os.OpenFile(part, os.O_RDWR, 0)
 	if err != nil {
 		return st, err
 	}
 	size, err := f.Seek(0, io.SeekEnd)
-	if err == nil {
-		var rep fat.Report
-		rep, err = pid1.RepairESP(f, size)
-		st.repair = "clean"
-		if !rep.Clean() {
-			st.repair = rep.String()
-		}
+	if err != nil {
+		f.Close()
+		return st, err
+	}
+	esp := image.ESP{Disk: part, Partition: image.Partition{LastLBA: uint64(size/image.SectorSize) - 1}}
+	if st.loader, err = bootsByDefault(ctx, esp); err != nil {
+		f.Close()
+		return st, fmt.Errorf("as the boot loader finds the ESP (before PID 1's repair): %w", err)
+	}
+	if err != nil {
+		return st, err
+	}
+	rep, err := pid1.RepairESP(f, size)
+	st.repair = "clean"
+	if !rep.Clean() {
+		st.repair = rep.String()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -375,16 +387,53 @@ func (c *cutRun) offline(disk, dir string) (cutState, error) {
 	if after := fsckFAT(ctx, part); after != "clean" {
 		return st, fmt.Errorf("after PID 1's repair, fsck.fat finds: %s", after)
 	}
-	esp := image.ESP{Disk: part, Partition: image.Partition{LastLBA: uint64(size/image.SectorSize) - 1}}
-	if st.entries, err = esp.Entries(ctx); err != nil {
-		return st, fmt.Errorf("the repaired ESP cannot be read: %w", err)
+	if st.entries, err = bootsByDefault(ctx, esp); err != nil {
+		return st, fmt.Errorf("after PID 1's repair: %w", err)
 	}
-	for _, e := range st.entries {
-		if _, tries, err := layout.ParseFileName(e); err == nil && (tries == nil || !tries.Bad()) {
-			return st, nil
+	return st, nil
+}
+
+// bootsByDefault reads the ESP's entries as systemd-boot does with no one-shot armed and
+// checks that it boots a committed slot: no entry may have tries left (it would be booted
+// by default, and after a torn rename of its counter, forever), and the first in the
+// loader's order must be committed. Entries whose content does not parse are skipped, as
+// the loader skips them. It returns the entries' names, the default first.
+func bootsByDefault(ctx context.Context, esp image.ESP) ([]string, error) {
+	names, err := esp.Entries(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the entries cannot be read: %w", err)
+	}
+	var entries []layout.Entry
+	for _, n := range names {
+		_, tries, err := layout.ParseFileName(n)
+		if err != nil {
+			continue
+		}
+		if tries != nil && tries.Left > 0 {
+			return names, fmt.Errorf("entry %s has tries left: the boot loader boots it by default", n)
+		}
+		data, err := esp.ReadFile(ctx, layout.EntryPath(n))
+		if err != nil {
+			continue
+		}
+		if e, err := layout.ParseEntry(n, data); err == nil {
+			entries = append(entries, e)
 		}
 	}
-	return st, fmt.Errorf("no bootable entry left: %v", st.entries)
+	if len(entries) == 0 {
+		return names, fmt.Errorf("no entry the boot loader can boot: %v", names)
+	}
+	ordered := layout.Order(entries)
+	out := []string{ordered[0].FileName()}
+	for _, n := range names {
+		if n != out[0] {
+			out = append(out, n)
+		}
+	}
+	if ordered[0].Tries != nil {
+		return out, fmt.Errorf("the boot loader boots %s by default, a slot not committed", ordered[0].FileName())
+	}
+	return out, nil
 }
 
 // fsckESP is what fsck.fat says of the disk's ESP.

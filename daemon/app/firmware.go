@@ -12,6 +12,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/pid1"
 	"github.com/edgegate/edgegate/daemon/pid1/ctl"
 	"github.com/edgegate/edgegate/daemon/update"
+	"github.com/edgegate/edgegate/firmware/efivar"
 	"github.com/edgegate/edgegate/firmware/layout"
 )
 
@@ -103,7 +104,7 @@ func Updater(m *pid1.Machine, cfg Config, cfgErr error, version string) update.U
 		esp = machineESP{m: m, root: root}
 	}
 	mgr := update.New(update.Options{
-		ESP: esp, StateDir: filepath.Join(stateDir, "update"), Slot: m.Slot(),
+		ESP: esp, Loader: efivar.Store{}, StateDir: filepath.Join(stateDir, "update"), Slot: m.Slot(),
 		Board: strings.TrimSpace(string(board)), Version: version, Keys: keys,
 		Tries: uc.Tries, TrialTimeout: uc.TrialTimeout.Duration,
 		Health: func() error {

@@ -142,12 +142,12 @@ func TestESPLoser(t *testing.T) {
 		a, b string
 		lose bool
 	}{
-		{"/loader/entries/edgegate-b+1-1.conf", "/loader/entries/edgegate-b.conf", true},  // the commit
-		{"/loader/entries/edgegate-b.conf", "/loader/entries/edgegate-b+1-1.conf", false}, // the commit, met the other way
-		{"/loader/entries/edgegate-b+2-0.conf", "/loader/entries/edgegate-b+1-1.conf", true},
-		{"/loader/entries/edgegate-b+1-1.conf", "/loader/entries/edgegate-b+2-0.conf", false},
-		{"/loader/entries/.tmp-edgegate-b+2-0.conf-1", "/loader/entries/edgegate-b+2-0.conf", true},
-		{"/loader/entries/edgegate-b+2-0.conf", "/loader/entries/.tmp-edgegate-b+2-0.conf-1", false},
+		{"/loader/entries/edgegate-b+0-1.conf", "/loader/entries/edgegate-b.conf", true},     // the commit
+		{"/loader/entries/edgegate-b.conf", "/loader/entries/edgegate-b+0-1.conf", false},    // the commit, met the other way
+		{"/loader/entries/edgegate-b+0-0.conf", "/loader/entries/edgegate-b+0-1.conf", true}, // systemd-boot counting a boot
+		{"/loader/entries/edgegate-b+0-1.conf", "/loader/entries/edgegate-b+0-0.conf", false},
+		{"/loader/entries/.tmp-edgegate-b+0-0.conf-1", "/loader/entries/edgegate-b+0-0.conf", true},
+		{"/loader/entries/edgegate-b+0-0.conf", "/loader/entries/.tmp-edgegate-b+0-0.conf-1", false},
 		{"/edgegate/b/vmlinuz.new", "/edgegate/b/vmlinuz", true},
 		{"/loader/entries/edgegate-a.conf", "/loader/entries/edgegate-b.conf", false}, // not one rename: the first keeps it
 		{"/edgegate/a/vmlinuz", "/edgegate/b/vmlinuz", false},

@@ -1,16 +1,18 @@
 // Package update installs signed firmware bundles into the inactive A/B slot, lets the boot
-// loader try the new slot, commits it once the new firmware is healthy, and records what
-// happened (DESIGN.md §7, firmware/layout).
+// loader try the new slot once at a time, commits it once the new firmware is healthy, and
+// records what happened (DESIGN.md §7, firmware/layout).
 //
-// What boots is decided by the entries on the EFI system partition alone, so that no
-// state file can make the gateway boot a slot that is not ready: an update streams the
-// bundle into temporary files, verifies them as they arrive and again from the disk, then
-// removes the inactive slot's entry before it replaces the slot's files, and only then
-// writes the slot's entry with a try counter. The new firmware commits by
-// renaming its entry to drop the counter after it proved healthy; when it does not (a hang,
-// a panic, a failed health check that reboots it), systemd-boot runs out of tries and boots
-// the old slot, whose firmware then records the rollback. The state file on the data
-// partition is the report: each attempt's phases with their times.
+// What boots by default is decided by the entries on the EFI system partition alone, so
+// that no state file can make the gateway boot a slot that is not ready: an update streams
+// the bundle into temporary files, verifies them as they arrive and again from the disk,
+// then removes the inactive slot's entry before it replaces the slot's files, and only then
+// writes the slot's entry as a trial (never booted by default) and arms systemd-boot's
+// one-shot variable for it. The new firmware commits by renaming its entry to drop the
+// counter after it proved healthy; when it does not (a panic before or after PID 1 starts,
+// a hang, a failed health check that reboots it), the next boot is the committed slot's,
+// whose firmware arms the next try or, with the tries spent, records the rollback. The
+// state file on the data partition is the report (each attempt's phases with their times)
+// and counts the tries.
 package update
 
 import (
@@ -33,6 +35,7 @@ import (
 const (
 	// DefaultTries is how many boots the new firmware gets to prove itself: one more than
 	// needed, so that a power cut during the trial boot does not throw a good update away.
+	// Between two tries the committed firmware boots and arms the next.
 	DefaultTries = 2
 	// DefaultTrialTimeout bounds a trial boot from the updater's start to healthy.
 	DefaultTrialTimeout = 5 * time.Minute
@@ -59,6 +62,8 @@ var (
 type Options struct {
 	// ESP is the EFI system partition the slots are on.
 	ESP ESP
+	// Loader is the boot loader's one-shot choice; updates are unavailable without it.
+	Loader BootLoader
 	// StateDir holds the update state and history (on the data partition); "" keeps them in
 	// memory.
 	StateDir string
@@ -98,6 +103,19 @@ type Request struct {
 	Activate bool
 }
 
+// BootLoader is what the updater needs of the boot loader: systemd-boot's EFI variables
+// (firmware/efivar's Store).
+type BootLoader interface {
+	// Loader names the boot loader that booted; an error when none says (no systemd-boot,
+	// no EFI variables).
+	Loader() (string, error)
+	// BootOnce makes the next boot, that one only, boot the entry the pattern names
+	// (layout.OneShotPattern).
+	BootOnce(pattern string) error
+	// OneShot is the pattern armed now, "" when none.
+	OneShot() (string, error)
+}
+
 // Updater is what the dashboard and PID 1's control socket use of a Manager: its status and
 // its actions. The daemon under PID 1 reaches the Manager in PID 1 through one
 // (daemon/pid1/ctl's Client).
@@ -122,6 +140,7 @@ type Manager struct {
 	keys      []bundle.PublicKey // the keys trusted now: trust's, else opts.Keys
 	problem   string             // why updates are unavailable; "" when they are
 	trial     *trialRun          // set on a trial boot until it ends
+	retry     bool               // the committed slot armed the next try: reboot into it
 	busy      bool               // Install or Activate running
 	rebooting bool
 	onChange  func()
@@ -130,6 +149,8 @@ type Manager struct {
 // trialRun is a trial boot in progress.
 type trialRun struct {
 	entry    slotEntry
+	boot     int // which try this is, of tries
+	tries    int
 	started  time.Time
 	deadline time.Time
 	waiting  string
@@ -170,6 +191,9 @@ func New(opts Options) *Manager {
 	if m.problem == "" && len(m.keys) == 0 {
 		m.problem = "the firmware trusts no signing keys (none in " + layout.KeysDir + ")"
 	}
+	if m.problem == "" && abDisk {
+		m.problem = m.checkLoader()
+	}
 	if abDisk {
 		if err := m.settle(); err != nil {
 			m.problem = err.Error()
@@ -179,6 +203,19 @@ func New(opts Options) *Manager {
 		opts.Log.Warn("firmware updates unavailable", "reason", m.problem)
 	}
 	return m
+}
+
+// checkLoader says why the boot loader cannot try a slot once, "" when it can.
+func (m *Manager) checkLoader() string {
+	if m.opts.Loader == nil {
+		return "the boot loader's EFI variables are unavailable (no efivarfs): a new slot cannot be tried once"
+	}
+	name, err := m.opts.Loader.Loader()
+	if err != nil {
+		return fmt.Sprintf("the boot loader did not identify itself (%v): a new slot cannot be tried once", err)
+	}
+	m.opts.Log.Debug("boot loader", "name", name)
+	return ""
 }
 
 // OnChange sets a function called after every change of Status (the dashboard's push).
@@ -228,26 +265,27 @@ func (m *Manager) settle() error {
 	p := m.state.Pending
 	switch {
 	case own.entry.Tries != nil:
-		// A trial boot of this slot: systemd-boot already counted it.
-		t := own.entry.Tries
+		// A trial boot of this slot: the committed slot armed it, or someone picked it in
+		// the boot menu.
 		if p == nil || p.Phase != PhaseTrial || p.To.Slot != slot {
 			if p != nil {
 				m.state.end(now, PhaseFailed, fmt.Sprintf("slot %s booted on trial instead", slot))
 			}
 			// The state file does not know of it (a new data partition): the ESP does.
 			p = &Attempt{ID: attemptID(now), Source: "unknown (no update state on this gateway)", Phase: PhaseTrial,
-				From: Firmware{Slot: other}, To: Firmware{Slot: slot, Version: m.opts.Version}, Started: now, Tries: t.Left + t.Done}
+				From: Firmware{Slot: other}, To: Firmware{Slot: slot, Version: m.opts.Version}, Started: now,
+				Tries: m.opts.Tries, TrialBoots: 1}
 			if otherOK {
 				p.From.Version = otherEntry.entry.Firmware
 			}
 			m.state.Pending = p
 		}
-		p.TrialBoots = t.Done
-		p.event(now, "trial boot %d of %d started (%s)", t.Done, t.Left+t.Done, m.opts.Version)
-		m.trial = &trialRun{entry: own, started: now, deadline: now.Add(m.opts.TrialTimeout)}
-		m.opts.Marker("EDGEGATE-UPDATE trial slot=%s boot=%d/%d", slot, t.Done, t.Left+t.Done)
+		boot, tries := max(p.TrialBoots, 1), max(p.Tries, p.TrialBoots, 1)
+		p.event(now, "trial boot %d of %d started (%s)", boot, tries, m.opts.Version)
+		m.trial = &trialRun{entry: own, boot: boot, tries: tries, started: now, deadline: now.Add(m.opts.TrialTimeout)}
+		m.opts.Marker("EDGEGATE-UPDATE trial slot=%s boot=%d/%d", slot, boot, tries)
 		m.opts.Log.Info("trial boot of new firmware: committing once healthy", "slot", slot, "version", m.opts.Version,
-			"boot", t.Done, "of", t.Left+t.Done, "deadline", m.opts.TrialTimeout)
+			"boot", boot, "of", tries, "deadline", m.opts.TrialTimeout)
 	case p == nil:
 		h := m.state.History
 		if otherOK && otherEntry.entry.Tries != nil && otherEntry.entry.Tries.Bad() &&
@@ -278,7 +316,8 @@ func (m *Manager) settle() error {
 	return nil
 }
 
-// rolledBack records a trial that did not stay: this slot booted again.
+// rolledBack settles a trial of the other slot that this slot's boot followed: the next
+// try is armed while tries are left, else the rollback is recorded.
 func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) {
 	p, other := m.state.Pending, m.opts.Slot.Other()
 	var reason string
@@ -290,13 +329,17 @@ func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) 
 		// The new firmware committed, and yet this slot booted: picked in the boot menu.
 		m.state.end(now, PhaseCommitted, fmt.Sprintf("slot %s committed, but slot %s was booted afterwards (boot menu?)", other, m.opts.Slot))
 		return
-	case t.Bad():
-		reason = fmt.Sprintf("the new firmware did not prove healthy in %d boot(s) of slot %s; slot %s booted again", t.Done, other, m.opts.Slot)
+	case p.TrialBoots < p.Tries:
+		err := m.armTry(now, other)
+		if err == nil {
+			return
+		}
+		reason = fmt.Sprintf("try %d of slot %s could not be armed: %v", p.TrialBoots, other, err)
+	default:
+		reason = fmt.Sprintf("the new firmware did not prove healthy in %d boot(s) of slot %s; slot %s booted again", p.TrialBoots, other, m.opts.Slot)
 		if p.Reason != "" {
 			reason += " (last: " + p.Reason + ")"
 		}
-	default:
-		reason = fmt.Sprintf("slot %s was booted while slot %s still had %d tries left (boot menu?)", m.opts.Slot, other, t.Left)
 	}
 	// The history says what happened before the spent entry goes: a power cut in between
 	// leaves the entry, which the next start removes (removeSpent), not a history that
@@ -310,14 +353,47 @@ func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) 
 	m.opts.Log.Error("firmware update did not stay", "phase", phase, "reason", reason)
 }
 
-// removeSpent removes the other slot's entry after its trial: nothing boots that slot
-// again until the next update.
+// armTry arms the next try of the pending trial of slot: counted in the state file first,
+// so that a power cut cannot give the slot more tries than it has, then the one-shot
+// variable; Start reboots into it.
+func (m *Manager) armTry(now time.Time, slot layout.Slot) error {
+	p := m.state.Pending
+	if m.opts.Loader == nil {
+		return errors.New("no EFI variables")
+	}
+	last := "it did not commit"
+	if p.Reason != "" {
+		last = p.Reason
+	}
+	p.TrialBoots++
+	p.event(now, "slot %s booted after trial boot %d of %d (%s); arming try %d; rebooting", m.opts.Slot, p.TrialBoots-1, p.Tries, last, p.TrialBoots)
+	m.saveLocked()
+	if err := m.opts.Loader.BootOnce(layout.OneShotPattern(slot)); err != nil {
+		return err
+	}
+	m.retry, m.rebooting = true, true
+	m.opts.Marker("EDGEGATE-UPDATE retry slot=%s boot=%d/%d", slot, p.TrialBoots, p.Tries)
+	m.opts.Log.Warn("the new firmware's trial boot did not commit; trying it again", "slot", slot, "version", p.To.Version,
+		"boot", p.TrialBoots, "of", p.Tries, "last", last)
+	return nil
+}
+
+// removeSpent removes the other slot's trial entries after its trial (e, and any other name
+// a torn counter rename left): nothing boots that slot again until the next update.
 func (m *Manager) removeSpent(e slotEntry) {
 	root := m.opts.ESP.Root()
+	names := []string{e.file}
+	if entries, _, err := readEntries(root); err == nil {
+		for _, o := range entries {
+			if o.entry.Slot == e.entry.Slot && o.entry.Tries != nil && o.file != e.file {
+				names = append(names, o.file)
+			}
+		}
+	}
 	if err := m.opts.ESP.Writable(func() error {
-		return removeSync(filepath.Join(root, layout.EntriesDir), e.file)
+		return removeSync(filepath.Join(root, layout.EntriesDir), names...)
 	}); err != nil {
-		m.opts.Log.Warn("removing the rolled back slot's entry failed", "entry", e.file, "err", err)
+		m.opts.Log.Warn("removing the rolled back slot's entry failed", "entries", names, "err", err)
 	}
 }
 
@@ -485,13 +561,18 @@ func (m *Manager) activateReserved() (Attempt, error) {
 			stale = append(stale, e.file)
 		}
 	}
-	entry := layout.Entry{Slot: other, Tries: &layout.Tries{Left: m.opts.Tries}, Generation: gen + 1,
+	trial := layout.Trial
+	entry := layout.Entry{Slot: other, Tries: &trial, Generation: gen + 1,
 		Firmware: man.Version, Options: layout.WithSlot(own.entry.Options, other)}
+	if m.opts.Loader == nil {
+		return fail(errors.New("the boot loader's EFI variables are unavailable"))
+	}
 	// The state first: a power cut before the entry is written is then recorded as
-	// interrupted by the next boot, one after it as a trial.
+	// interrupted by the next boot, one after it arms the try again (the tries are counted
+	// here, not by the boot loader).
 	m.mu.Lock()
-	p.Phase, p.Tries = PhaseTrial, m.opts.Tries
-	p.event(m.opts.Now(), "switched: slot %s boots next (%s, generation %d, %d tries); rebooting", other, entry.FileName(), entry.Generation, m.opts.Tries)
+	p.Phase, p.Tries, p.TrialBoots = PhaseTrial, m.opts.Tries, 1
+	p.event(m.opts.Now(), "switched: slot %s boots once (%s, generation %d, try 1 of %d); rebooting", other, entry.FileName(), entry.Generation, m.opts.Tries)
 	m.saveLocked()
 	m.mu.Unlock()
 	dir := filepath.Join(root, layout.EntriesDir)
@@ -502,6 +583,14 @@ func (m *Manager) activateReserved() (Attempt, error) {
 		return writeFileSync(filepath.Join(dir, entry.FileName()), entry.Render(), 0o644)
 	}); err != nil {
 		return fail(fmt.Errorf("writing slot %s's boot entry: %w", other, err))
+	}
+	if err := m.opts.Loader.BootOnce(layout.OneShotPattern(other)); err != nil {
+		// The trial entry is never booted by default; it goes so that the slot shows as
+		// without entry, like before the switch.
+		if rerr := m.opts.ESP.Writable(func() error { return removeSync(dir, entry.FileName()) }); rerr != nil {
+			m.opts.Log.Warn("removing the trial entry failed", "entry", entry.FileName(), "err", rerr)
+		}
+		return fail(fmt.Errorf("arming slot %s's trial boot: %w", other, err))
 	}
 	m.mu.Lock()
 	m.rebooting = true

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -18,13 +19,15 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/efivar"
 	"github.com/edgegate/edgegate/firmware/layout"
 )
 
 const testBoard = "qemu-x86_64"
 
 // gateway is one simulated gateway: an ESP and a data partition in directories, booted by
-// a stand-in for systemd-boot that follows layout's rules.
+// a stand-in for systemd-boot that follows layout's rules, and an NVRAM holding the
+// one-shot variable.
 type gateway struct {
 	t     *testing.T
 	esp   string
@@ -36,6 +39,29 @@ type gateway struct {
 	mu      sync.Mutex
 	reboots int
 	markers []string
+	oneShot string
+	armErr  error // what BootOnce fails with
+}
+
+// gatewayLoader is the gateway's EFI variables, as the Manager sees them.
+type gatewayLoader struct{ g *gateway }
+
+func (l gatewayLoader) Loader() (string, error) { return "systemd-boot (simulated)", nil }
+
+func (l gatewayLoader) BootOnce(pattern string) error {
+	l.g.mu.Lock()
+	defer l.g.mu.Unlock()
+	if l.g.armErr != nil {
+		return l.g.armErr
+	}
+	l.g.oneShot = pattern
+	return nil
+}
+
+func (l gatewayLoader) OneShot() (string, error) {
+	l.g.mu.Lock()
+	defer l.g.mu.Unlock()
+	return l.g.oneShot, nil
 }
 
 func newGateway(t *testing.T) *gateway {
@@ -92,8 +118,9 @@ func (g *gateway) release(rel bundle.Release, key bundle.PrivateKey) []byte {
 	return b.Bytes()
 }
 
-// boot is systemd-boot: it picks the first entry in layout.Order and, when the entry
-// counts tries, renames it with one try more done.
+// boot is systemd-boot: it picks the entry the one-shot variable names, removing the
+// variable, else the first entry in layout.Order, and renames an entry with a boot counter
+// to count the boot.
 func (g *gateway) boot() layout.Slot {
 	g.t.Helper()
 	entries, problems, err := readEntries(g.esp)
@@ -107,28 +134,39 @@ func (g *gateway) boot() layout.Slot {
 	for _, e := range entries {
 		all = append(all, e.entry)
 	}
-	first := layout.Order(all)[0]
-	if t := first.Tries; t != nil && t.Left > 0 {
-		next := &layout.Tries{Left: t.Left - 1, Done: t.Done + 1}
+	ordered := layout.Order(all)
+	pick := ordered[0]
+	g.mu.Lock()
+	pattern := g.oneShot
+	g.oneShot = ""
+	g.mu.Unlock()
+	for _, e := range ordered {
+		if pattern != "" && layout.OneShotMatches(pattern, e.FileName()) {
+			pick = e
+			break
+		}
+	}
+	if t := pick.Tries; t != nil {
+		next := &layout.Tries{Left: max(t.Left-1, 0), Done: t.Done + 1}
 		dir := filepath.Join(g.esp, layout.EntriesDir)
-		if err := os.Rename(filepath.Join(dir, first.FileName()), filepath.Join(dir, layout.EntryFileName(first.Slot, next))); err != nil {
+		if err := os.Rename(filepath.Join(dir, pick.FileName()), filepath.Join(dir, layout.EntryFileName(pick.Slot, next))); err != nil {
 			g.t.Fatal(err)
 		}
 	}
-	return first.Slot
+	return pick.Slot
 }
 
 // manager is the updater of one boot of slot, running version, with health h.
 func (g *gateway) manager(slot layout.Slot, version string, h func() error) *Manager {
 	g.clock = g.clock.Add(time.Minute)
 	return New(Options{
-		ESP: DirESP(g.esp), StateDir: g.data, Slot: slot, Board: testBoard, Version: version,
+		ESP: DirESP(g.esp), Loader: gatewayLoader{g}, StateDir: g.data, Slot: slot, Board: testBoard, Version: version,
 		Keys: []bundle.PublicKey{g.pub}, TrialTimeout: 50 * time.Millisecond, Health: h,
 		Reboot: func() { g.mu.Lock(); g.reboots++; g.mu.Unlock() },
 		Marker: func(f string, args ...any) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.markers = append(g.markers, strings.Fields(f)[1])
+			g.markers = append(g.markers, strings.Fields(fmt.Sprintf(f, args...))[1])
 		},
 		Now: func() time.Time { return g.clock },
 	})
@@ -204,7 +242,7 @@ func TestGoodUpdateCommitsAndStays(t *testing.T) {
 	if _, err := m.Install(context.Background(), bytes.NewReader(nil), Request{}); !errors.Is(err, ErrBusy) {
 		t.Errorf("an install while rebooting: %v, want ErrBusy", err)
 	}
-	if st := m.Status(); !st.Slots[0].BootsNext || st.Slots[0].Slot != layout.SlotB || st.Slots[0].State != "trial, 2 of 2 tries left" {
+	if st := m.Status(); !st.Slots[0].BootsNext || st.Slots[0].Slot != layout.SlotB || st.Slots[0].State != "trial, try 1 of 2 armed" {
 		t.Errorf("after the switch: %+v", st.Slots)
 	}
 
@@ -226,6 +264,9 @@ func TestGoodUpdateCommitsAndStays(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(g.esp, layout.EntryPath("edgegate-b.conf"))); err != nil {
 		t.Errorf("committed entry: %v", err)
+	}
+	if st.History[0].TrialBoots != 1 {
+		t.Errorf("committed after %d trial boots, want 1", st.History[0].TrialBoots)
 	}
 	// It stays: the next boots are B without counting, and A is still there to go back to.
 	for range 2 {
@@ -251,27 +292,69 @@ func TestGoodUpdateCommitsAndStays(t *testing.T) {
 	}
 }
 
+// bootSlot boots the gateway and fails the test unless want comes up.
+func (g *gateway) bootSlot(want layout.Slot, when string) {
+	g.t.Helper()
+	if s := g.boot(); s != want {
+		g.t.Fatalf("%s: the boot loader boots %s, want %s", when, s, want)
+	}
+}
+
+// startReboots runs m.Start and fails the test unless it asked for one reboot.
+func (g *gateway) startReboots(m *Manager, when string) {
+	g.t.Helper()
+	before := g.reboots
+	m.Start(context.Background())
+	if g.reboots != before+1 {
+		g.t.Fatalf("%s: %d reboots asked for, want 1", when, g.reboots-before)
+	}
+}
+
+// failTry is one trial boot of B that never becomes healthy: it reboots at its deadline.
+func (g *gateway) failTry(boot int) {
+	g.t.Helper()
+	when := fmt.Sprintf("trial boot %d", boot)
+	g.bootSlot(layout.SlotB, when)
+	m := g.manager(layout.SlotB, "v1.1.0", never)
+	if st := m.Status(); st.Trial == nil || st.Trial.Boot != boot || st.Trial.Tries != DefaultTries {
+		g.t.Fatalf("%s: status %+v", when, st.Trial)
+	}
+	g.clock = g.clock.Add(time.Second) // past the trial deadline
+	g.startReboots(m, when)
+}
+
+// armNext is the boot of the committed slot A after trial boot boot of B: it arms the next
+// try and reboots into it.
+func (g *gateway) armNext(boot int) {
+	g.t.Helper()
+	when := fmt.Sprintf("after trial boot %d", boot)
+	g.bootSlot(layout.SlotA, when)
+	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	st := m.Status()
+	if !st.Rebooting || st.Pending == nil || st.Pending.TrialBoots != boot+1 || st.Slots[0].Slot != layout.SlotB ||
+		st.Slots[0].State != fmt.Sprintf("trial, try %d of %d armed", boot+1, DefaultTries) {
+		g.t.Fatalf("%s: rebooting %v, pending %+v, slots %+v", when, st.Rebooting, st.Pending, st.Slots)
+	}
+	g.startReboots(m, when)
+}
+
 func TestNeverHealthyRollsBack(t *testing.T) {
 	g := activated(t)
 	for boot := 1; boot <= DefaultTries; boot++ {
-		if s := g.boot(); s != layout.SlotB {
-			t.Fatalf("trial boot %d: the boot loader boots %s", boot, s)
-		}
-		before := g.reboots
-		m := g.manager(layout.SlotB, "v1.1.0", never)
-		g.clock = g.clock.Add(time.Second) // past the trial deadline
-		m.Start(context.Background())
-		if g.reboots != before+1 {
-			t.Fatalf("trial boot %d: no reboot after the deadline", boot)
+		g.failTry(boot)
+		if boot < DefaultTries {
+			g.armNext(boot)
 		}
 	}
 	if s := g.boot(); s != layout.SlotA {
 		t.Fatalf("after %d failed trial boots the boot loader boots %s", DefaultTries, s)
 	}
+	before := g.reboots
 	m := g.manager(layout.SlotA, "v1.0.0", healthy)
+	m.Start(context.Background())
 	st := m.Status()
-	if st.Pending != nil || len(st.History) != 1 {
-		t.Fatalf("after the rollback: %+v", st)
+	if st.Pending != nil || len(st.History) != 1 || st.Rebooting || g.reboots != before {
+		t.Fatalf("after the rollback: %+v, %d reboots", st, g.reboots-before)
 	}
 	h := st.History[0]
 	if h.Phase != PhaseRolledBack || !strings.Contains(h.Reason, "did not prove healthy in 2 boot(s)") || !strings.Contains(h.Reason, "rules not programmed yet") {
@@ -285,6 +368,114 @@ func TestNeverHealthyRollsBack(t *testing.T) {
 	}
 	if s := g.boot(); s != layout.SlotA {
 		t.Errorf("later boot: %s", s)
+	}
+	want := "receiving staged switched trial unhealthy retry trial unhealthy rolled-back"
+	if got := strings.Join(g.markers, " "); got != want {
+		t.Errorf("markers %q, want %q", got, want)
+	}
+}
+
+// TestTornCounterRename is the power cut in systemd-boot's own rename of the trial entry:
+// both names are left, and a firmware that never reaches PID 1 (a kernel panic) is booted
+// again only as long as tries are left, then the committed slot stays.
+func TestTornCounterRename(t *testing.T) {
+	g := activated(t)
+	dir := filepath.Join(g.esp, layout.EntriesDir)
+	for boot := 1; boot <= DefaultTries; boot++ {
+		entries, _, err := readEntries(g.esp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, ok := entryFor(entries, layout.SlotB)
+		if !ok {
+			t.Fatalf("trial boot %d: slot B has no entry", boot)
+		}
+		if s := g.boot(); s != layout.SlotB {
+			t.Fatalf("trial boot %d: the boot loader boots %s", boot, s)
+		}
+		// The rename was torn: the old name is back beside the new one. The kernel panics.
+		if err := os.WriteFile(filepath.Join(dir, e.file), e.entry.Render(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if s := g.boot(); s != layout.SlotA {
+			t.Fatalf("after trial boot %d panicked the boot loader boots %s, want a", boot, s)
+		}
+		m := g.manager(layout.SlotA, "v1.0.0", healthy)
+		m.Start(context.Background())
+		if boot < DefaultTries {
+			if st := m.Status(); !st.Rebooting {
+				t.Fatalf("after trial boot %d: no next try armed: %+v", boot, st.Pending)
+			}
+			continue
+		}
+		st := m.Status()
+		if st.Pending != nil || len(st.History) != 1 || st.History[0].Phase != PhaseRolledBack || st.Rebooting {
+			t.Fatalf("after %d trial boots: %+v", boot, st)
+		}
+	}
+	for range 3 {
+		if s := g.boot(); s != layout.SlotA {
+			t.Fatalf("after the rollback the boot loader boots %s", s)
+		}
+	}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0].Name() != "edgegate-a.conf" {
+		t.Errorf("entries after the rollback: %v, want slot A's alone", names)
+	}
+}
+
+// TestCommitRemovesTornTrialNames: a trial boot that finds its entry under two names (a
+// torn counter rename) commits one and removes the other.
+func TestCommitRemovesTornTrialNames(t *testing.T) {
+	g := activated(t)
+	dir := filepath.Join(g.esp, layout.EntriesDir)
+	entries, _, err := readEntries(g.esp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := entryFor(entries, layout.SlotB)
+	g.boot()
+	if err := os.WriteFile(filepath.Join(dir, e.file), e.entry.Render(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := g.manager(layout.SlotB, "v1.1.0", healthy)
+	m.Start(context.Background())
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name())
+	}
+	if strings.Join(got, " ") != "edgegate-a.conf edgegate-b.conf" {
+		t.Errorf("entries after the commit: %v", got)
+	}
+}
+
+// TestArmingFails: when the one-shot variable cannot be set, the switch fails, nothing
+// boots the new slot, and its trial entry is gone.
+func TestArmingFails(t *testing.T) {
+	g, m := onFactoryImage(t)
+	g.armErr = errors.New("EFI variable LoaderEntryOneShot: read-only file system")
+	_, err := m.Install(context.Background(), bytes.NewReader(g.bundle(testBoard, "v1.1.0", nil)), Request{Source: "test", Activate: true})
+	if err == nil || !strings.Contains(err.Error(), "arming slot b's trial boot") || !strings.Contains(err.Error(), "LoaderEntryOneShot") {
+		t.Fatalf("Install: %v", err)
+	}
+	st := m.Status()
+	if st.Rebooting || g.reboots != 0 || st.History[0].Phase != PhaseFailed {
+		t.Fatalf("after the failed switch: %+v", st)
+	}
+	for _, s := range st.Slots {
+		if s.Slot == layout.SlotB && s.State != "no boot entry" {
+			t.Errorf("slot B after the failed switch: %+v", s)
+		}
+	}
+	if s := g.boot(); s != layout.SlotA {
+		t.Errorf("after the failed switch: boots %s", s)
 	}
 }
 
@@ -460,8 +651,10 @@ func TestPowerCutWhileStaged(t *testing.T) {
 func TestPowerCutDuringTrialBoot(t *testing.T) {
 	g := activated(t)
 	g.boot()
-	// The power goes during the first trial boot, before it is healthy.
+	// The power goes during the first trial boot, before it is healthy: the committed slot
+	// boots next and arms the second try.
 	_ = g.manager(layout.SlotB, "v1.1.0", never)
+	g.armNext(1)
 	if s := g.boot(); s != layout.SlotB {
 		t.Fatalf("second try boots %s", s)
 	}
@@ -476,10 +669,26 @@ func TestPowerCutDuringTrialBoot(t *testing.T) {
 	for _, e := range h.Events {
 		events += e.What + "\n"
 	}
-	for _, want := range []string{"trial boot 1 of 2 started", "trial boot 2 of 2 started", "healthy"} {
+	for _, want := range []string{"trial boot 1 of 2 started", "arming try 2", "trial boot 2 of 2 started", "healthy"} {
 		if !strings.Contains(events, want) {
 			t.Errorf("events lack %q:\n%s", want, events)
 		}
+	}
+}
+
+// TestPowerCutBeforeArming: the switch wrote the trial entry, and the power went before the
+// one-shot variable was set: the committed slot boots and arms the try itself.
+func TestPowerCutBeforeArming(t *testing.T) {
+	g := activated(t)
+	g.oneShot = "" // the variable was never set
+	g.armNext(1)
+	if s := g.boot(); s != layout.SlotB {
+		t.Fatalf("the armed try boots %s", s)
+	}
+	m := g.manager(layout.SlotB, "v1.1.0", healthy)
+	m.Start(context.Background())
+	if h := m.Status().History[0]; h.Phase != PhaseCommitted {
+		t.Fatalf("after the try: %+v", h)
 	}
 }
 
@@ -505,11 +714,11 @@ func TestPowerCutAroundCommit(t *testing.T) {
 // the history says rolled back, once.
 func TestPowerCutAroundRollback(t *testing.T) {
 	g := activated(t)
-	for range DefaultTries {
-		g.boot()
-		m := g.manager(layout.SlotB, "v1.1.0", never)
-		g.clock = g.clock.Add(time.Second)
-		m.Start(context.Background())
+	for boot := 1; boot <= DefaultTries; boot++ {
+		g.failTry(boot)
+		if boot < DefaultTries {
+			g.armNext(boot)
+		}
 	}
 	if s := g.boot(); s != layout.SlotA {
 		t.Fatalf("after the tries: boots %s", s)
@@ -550,7 +759,9 @@ func TestUnavailable(t *testing.T) {
 	}{
 		{"no slot", Options{ESP: DirESP(g.esp), Keys: []bundle.PublicKey{g.pub}}, "did not boot from an A/B disk"},
 		{"no keys", Options{ESP: DirESP(g.esp), Slot: layout.SlotA}, "trusts no signing keys"},
-		{"no entry", Options{ESP: DirESP(g.esp), Slot: layout.SlotB, Keys: []bundle.PublicKey{g.pub}}, "running slot b has no boot entry"},
+		{"no entry", Options{ESP: DirESP(g.esp), Loader: gatewayLoader{g}, Slot: layout.SlotB, Keys: []bundle.PublicKey{g.pub}}, "running slot b has no boot entry"},
+		{"no EFI variables", Options{ESP: DirESP(g.esp), Slot: layout.SlotA, Keys: []bundle.PublicKey{g.pub}}, "EFI variables are unavailable"},
+		{"no systemd-boot", Options{ESP: DirESP(g.esp), Loader: efivar.Store{Dir: t.TempDir()}, Slot: layout.SlotA, Keys: []bundle.PublicKey{g.pub}}, "boot loader did not identify itself"},
 	} {
 		m := New(c.opts)
 		st := m.Status()

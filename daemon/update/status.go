@@ -48,10 +48,13 @@ type SlotStatus struct {
 	Firmware   string `json:"firmware,omitempty"`
 	Generation uint64 `json:"generation,omitempty"`
 	Entry      string `json:"entry,omitempty"`
-	// State: "committed", "trial, N tries left", "bad (no tries left)" or "no boot entry".
+	// State: "committed", "trial, try N of M armed", "trial, try N of M", "not committed"
+	// (a trial entry no attempt is trying: booted only when picked in the boot menu) or
+	// "no boot entry".
 	State   string `json:"state"`
 	Running bool   `json:"running"`
-	// BootsNext says the boot loader picks this slot at the next boot.
+	// BootsNext says the boot loader picks this slot at the next boot: by default, or
+	// because its trial is armed.
 	BootsNext bool `json:"bootsNext"`
 }
 
@@ -76,7 +79,7 @@ func (m *Manager) Status() Status {
 		s.Pending = &c
 	}
 	if t := m.trial; t != nil {
-		s.Trial = &Trial{Boot: t.entry.entry.Tries.Done, Tries: t.entry.entry.Tries.Left + t.entry.entry.Tries.Done,
+		s.Trial = &Trial{Boot: t.boot, Tries: t.tries,
 			Started: t.started, Deadline: t.deadline, Waiting: t.waiting}
 	}
 	m.mu.Unlock()
@@ -96,22 +99,38 @@ func (m *Manager) Status() Status {
 	for _, e := range entries {
 		all = append(all, e.entry)
 	}
+	ordered := layout.Order(all)
 	next := layout.Slot("")
-	if ordered := layout.Order(all); len(ordered) > 0 {
+	if len(ordered) > 0 {
 		next = ordered[0].Slot
+	}
+	armed := false
+	if m.opts.Loader != nil {
+		pattern, err := m.opts.Loader.OneShot()
+		if err != nil {
+			s.Problems = append(s.Problems, err.Error())
+		}
+		for _, e := range ordered {
+			if pattern != "" && layout.OneShotMatches(pattern, e.FileName()) {
+				next, armed = e.Slot, true
+				break
+			}
+		}
 	}
 	for _, slot := range layout.Slots {
 		ss := SlotStatus{Slot: slot, Running: slot == m.opts.Slot, State: "no boot entry"}
 		if e, ok := entryFor(entries, slot); ok {
 			ss.Firmware, ss.Generation, ss.Entry = e.entry.Firmware, e.entry.Generation, e.file
 			ss.BootsNext = slot == next
-			switch t := e.entry.Tries; {
-			case t == nil:
+			switch p := s.Pending; {
+			case e.entry.Tries == nil:
 				ss.State = "committed"
-			case t.Bad():
-				ss.State = "bad (no tries left)"
+			case p != nil && p.Phase == PhaseTrial && p.To.Slot == slot && ss.BootsNext && armed:
+				ss.State = fmt.Sprintf("trial, try %d of %d armed", p.TrialBoots, p.Tries)
+			case p != nil && p.Phase == PhaseTrial && p.To.Slot == slot:
+				ss.State = fmt.Sprintf("trial, try %d of %d", p.TrialBoots, p.Tries)
 			default:
-				ss.State = fmt.Sprintf("trial, %d of %d tries left", t.Left, t.Left+t.Done)
+				ss.State = "not committed"
 			}
 		}
 		s.Slots = append(s.Slots, ss)

@@ -13,11 +13,19 @@ import (
 
 // The trial boot: the new firmware waits for health, then commits or reboots.
 // Start runs a trial boot's wait for health: commit when healthy, reboot when the deadline
-// passes first. It returns at once when this is no trial boot.
+// passes first. After a trial boot that did not commit, the committed firmware that
+// armed the next try reboots into it. It returns at once otherwise.
 func (m *Manager) Start(ctx context.Context) {
 	m.mu.Lock()
-	t := m.trial
+	t, retry := m.trial, m.retry
 	m.mu.Unlock()
+	if retry {
+		m.changed()
+		if m.opts.Reboot != nil {
+			m.opts.Reboot()
+		}
+		return
+	}
 	if t == nil {
 		return
 	}
@@ -56,11 +64,18 @@ func (m *Manager) commit(now time.Time) {
 	root := m.opts.ESP.Root()
 	dir := filepath.Join(root, layout.EntriesDir)
 	committed := layout.EntryFileName(m.opts.Slot, nil)
-	err := m.opts.ESP.Writable(func() error { return renameSync(dir, t.entry.file, committed) })
+	err := m.opts.ESP.Writable(func() error {
+		if err := renameSync(dir, t.entry.file, committed); err != nil {
+			return err
+		}
+		// A power cut in systemd-boot's own rename of the entry may have left its old name
+		// too: it goes, so that the slot has one entry.
+		return removeSync(dir, m.ownTrials(t.entry.file)...)
+	})
 	if err != nil {
 		m.mu.Unlock()
-		// Nothing else to do: the boot loader falls back once the tries are spent.
-		m.opts.Log.Error("committing the new firmware failed; the old slot comes back after the remaining tries",
+		// Nothing else to do: the committed slot boots next and arms the next try, if any.
+		m.opts.Log.Error("committing the new firmware failed; the old slot boots next",
 			"entry", t.entry.file, "err", err)
 		m.giveUp(now, fmt.Errorf("committing failed: %w", err))
 		return
@@ -84,12 +99,27 @@ func (m *Manager) commit(now time.Time) {
 	m.changed()
 }
 
+// ownTrials are the running slot's trial entries on the ESP other than except.
+func (m *Manager) ownTrials(except string) []string {
+	entries, _, err := readEntries(m.opts.ESP.Root())
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.entry.Slot == m.opts.Slot && e.entry.Tries != nil && e.file != except {
+			out = append(out, e.file)
+		}
+	}
+	return out
+}
+
 // giveUp ends a trial boot that did not become healthy: the reason is recorded and the
-// machine reboots, so that the boot loader tries again or falls back.
+// machine reboots into the committed slot, which tries again or records the rollback.
 func (m *Manager) giveUp(now time.Time, err error) {
 	m.mu.Lock()
 	t := m.trial
-	reason := fmt.Sprintf("not healthy %s after boot %d: %v", m.opts.TrialTimeout, t.entry.entry.Tries.Done, err)
+	reason := fmt.Sprintf("not healthy %s after boot %d: %v", m.opts.TrialTimeout, t.boot, err)
 	if p := m.state.Pending; p != nil {
 		p.Reason = reason
 		p.event(now, "%s; rebooting", reason)
@@ -97,7 +127,7 @@ func (m *Manager) giveUp(now time.Time, err error) {
 	m.saveLocked()
 	m.rebooting = true
 	m.mu.Unlock()
-	m.opts.Marker("EDGEGATE-UPDATE unhealthy slot=%s boot=%d", m.opts.Slot, t.entry.entry.Tries.Done)
+	m.opts.Marker("EDGEGATE-UPDATE unhealthy slot=%s boot=%d", m.opts.Slot, t.boot)
 	m.opts.Log.Error("new firmware did not become healthy; rebooting", "slot", m.opts.Slot, "reason", reason)
 	m.changed()
 	if m.opts.Reboot != nil {

@@ -73,7 +73,9 @@ type Slot struct {
 	// Generation is the entry's version: the slot with the highest boots first. At least 1.
 	Generation uint64
 	// Tries is the entry's boot counter (systemd-boot's +LEFT-DONE); nil for a committed
-	// slot.
+	// slot, +0-DONE for a slot on trial (layout.Trial), which boots only when the one-shot
+	// variable names it. Tries left are refused: such an entry boots by default, and a
+	// torn rename of its counter can boot it forever (firmware/layout).
 	Tries *layout.Tries
 	// Options are kernel arguments added after the board's; layout.SlotParam follows them.
 	Options []string
@@ -230,8 +232,8 @@ func (s Slot) validate() error {
 	case s.Generation == 0:
 		return errors.New("generation 0: want at least 1")
 	}
-	if t := s.Tries; t != nil && (t.Left < 0 || t.Done < 0 || t.Left > 9999 || t.Done > 9999) {
-		return fmt.Errorf("tries +%d-%d: want 0 to 9999 each (systemd-boot's counter)", t.Left, t.Done)
+	if t := s.Tries; t != nil && (t.Left != 0 || t.Done < 0 || t.Done > 9999) {
+		return fmt.Errorf("tries +%d-%d: want +0 and 0 to 9999 done (a trial slot; tries left would boot by default)", t.Left, t.Done)
 	}
 	for _, o := range s.Options {
 		if o == "" || strings.ContainsAny(o, " \t\n\"") {

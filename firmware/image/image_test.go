@@ -66,13 +66,13 @@ func TestStageSlotFromBundle(t *testing.T) {
 	b := makeBundle(t, testBoard.Name, "v1.2.3", kernel, initramfs, priv)
 	staging := t.TempDir()
 	si, err := stageSlot(staging, testBoard, layout.SlotB, Slot{
-		Bundle: b, Keys: []bundle.PublicKey{pub}, Generation: 7, Tries: &layout.Tries{Left: 2},
+		Bundle: b, Keys: []bundle.PublicKey{pub}, Generation: 7, Tries: &layout.Tries{Done: 2},
 		Options: []string{"edgegate.test=1"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if si.EntryFile != "edgegate-b+2-0.conf" || si.Manifest == nil || si.Manifest.Version != "v1.2.3" || si.Manifest.KeyID != pub.ID {
+	if si.EntryFile != "edgegate-b+0-2.conf" || si.Manifest == nil || si.Manifest.Version != "v1.2.3" || si.Manifest.KeyID != pub.ID {
 		t.Errorf("slot info %+v", si)
 	}
 	files := map[string][]byte{}
@@ -94,7 +94,7 @@ func TestStageSlotFromBundle(t *testing.T) {
 	slices.Sort(names)
 	want := []string{
 		"edgegate/b/initramfs.cpio.gz", "edgegate/b/manifest.json", "edgegate/b/manifest.sig", "edgegate/b/vmlinuz",
-		"loader/entries/edgegate-b+2-0.conf",
+		"loader/entries/edgegate-b+0-2.conf",
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("staged %v, want %v", names, want)
@@ -107,13 +107,13 @@ func TestStageSlotFromBundle(t *testing.T) {
 	if err != nil || m.Version != "v1.2.3" {
 		t.Errorf("the slot's manifest: %+v, %v", m, err)
 	}
-	e, err := layout.ParseEntry("edgegate-b+2-0.conf", files["loader/entries/edgegate-b+2-0.conf"])
+	e, err := layout.ParseEntry("edgegate-b+0-2.conf", files["loader/entries/edgegate-b+0-2.conf"])
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantOptions := []string{"console=ttyS0", "panic=-1", "quiet", "edgegate.test=1", "edgegate.slot=b"}
-	if e.Generation != 7 || e.Firmware != "v1.2.3" || *e.Tries != (layout.Tries{Left: 2}) || !slices.Equal(e.Options, wantOptions) {
-		t.Errorf("entry %+v, want generation 7, firmware v1.2.3, tries +2-0, options %v", e, wantOptions)
+	if e.Generation != 7 || e.Firmware != "v1.2.3" || *e.Tries != (layout.Tries{Done: 2}) || !slices.Equal(e.Options, wantOptions) {
+		t.Errorf("entry %+v, want generation 7, firmware v1.2.3, tries +0-2, options %v", e, wantOptions)
 	}
 }
 
@@ -159,7 +159,8 @@ func TestSlotValidate(t *testing.T) {
 		"firmware spaces":    {Slot{Kernel: "k", Initramfs: "i", Firmware: "v 1", Generation: 1}, "one word"},
 		"generation 0":       {Slot{Bundle: "b", Keys: keys}, "generation 0"},
 		"tries negative":     {Slot{Bundle: "b", Keys: keys, Generation: 1, Tries: &layout.Tries{Left: -1}}, "tries"},
-		"tries too many":     {Slot{Bundle: "b", Keys: keys, Generation: 1, Tries: &layout.Tries{Left: 10000}}, "tries"},
+		"tries too many":     {Slot{Bundle: "b", Keys: keys, Generation: 1, Tries: &layout.Tries{Done: 10000}}, "tries"},
+		"tries left":         {Slot{Bundle: "b", Keys: keys, Generation: 1, Tries: &layout.Tries{Left: 2}}, "would boot by default"},
 		"option space":       {Slot{Bundle: "b", Keys: keys, Generation: 1, Options: []string{"a b"}}, "one kernel argument"},
 		"option empty":       {Slot{Bundle: "b", Keys: keys, Generation: 1, Options: []string{""}}, "one kernel argument"},
 		"option slot":        {Slot{Bundle: "b", Keys: keys, Generation: 1, Options: []string{"edgegate.slot=b"}}, "sets edgegate.slot"},

@@ -9,21 +9,34 @@
 //	                   EFI/BOOT/BOOTX64.EFI or BOOTAA64.EFI   systemd-boot
 //	                   loader/loader.conf                     LoaderConf
 //	                   loader/entries/edgegate-a.conf         slot A's entry (see Entry)
-//	                   loader/entries/edgegate-b+1-0.conf     slot B's, on trial: one try left
+//	                   loader/entries/edgegate-b+0-0.conf     slot B's, on trial: booted once when armed
 //	                   edgegate/a/vmlinuz, initramfs.cpio.gz, manifest.json, manifest.sig
 //	                   edgegate/b/...
 //	2  DataPartName  ext4 with the same label: the daemon's state, the gateway's own
 //	                 configuration, the update state and history
 //
-// Which slot boots is decided by systemd-boot alone, from the entries: with no default in
-// loader.conf it boots the first entry in its order, which puts entries without tries
-// left (tries left 0: "bad") last, then orders by sort-key and by version, newest first.
-// Every entry has the sort-key SortKey and the slot's generation as its version, so the
-// slot written last boots first. An update writes the inactive slot, gives its entry the
-// next generation and a try counter (edgegate-b+2-0.conf); systemd-boot renames the entry
-// on every boot of it (edgegate-b+1-1.conf, then edgegate-b+0-2.conf: bad), and the running
-// firmware commits itself by renaming it to edgegate-b.conf. An update that never commits
-// runs out of tries and the other slot, whose entry is still there, boots by itself.
+// Which slot boots by default is decided by systemd-boot alone, from the entries: with no
+// default in loader.conf it boots the first entry in its order, which puts entries without
+// tries left (a "+0-DONE" boot counter) last, then orders by sort-key and by version, newest
+// first. Every entry has the sort-key SortKey and the slot's generation as its version, so
+// the committed slot written last boots by default.
+//
+// A new firmware is tried with the boot loader's one-shot choice, never by default: an
+// update writes the inactive slot, gives its entry the next generation and the counter
+// +0-0 (edgegate-b+0-0.conf: no tries left, so never picked by default however new), and
+// sets systemd-boot's LoaderEntryOneShot EFI variable to the slot's OneShotPattern.
+// systemd-boot removes the variable before it boots the entry it names, so that boot
+// happens once: a firmware that panics, hangs or reboots unhealthy is followed by the
+// committed slot, whose firmware arms the next try or records the rollback. The new firmware
+// commits itself by renaming its entry to edgegate-b.conf; from then on it boots by default.
+//
+// Nothing here depends on a rename on FAT being atomic. systemd-boot renames the entry it
+// boots to count the boot (edgegate-b+0-0.conf to edgegate-b+0-1.conf), and a power cut in
+// that rename can leave both names; both are without tries left, so the default stays the
+// committed slot. (Counted entries with tries left, systemd-boot's own fallback scheme, are
+// not used: the same torn rename leaves an entry that keeps its tries forever, and a
+// firmware that never reaches PID 1 is then booted again and again.) A torn commit rename
+// leaves the committed name beside the trial one, and the committed one sorts first.
 package layout
 
 import (
@@ -132,13 +145,18 @@ type Tries struct {
 	Left, Done int
 }
 
+// Trial is the counter of a slot on trial: no tries left, so that systemd-boot boots it only
+// when the one-shot variable names it (see the package comment).
+var Trial = Tries{}
+
 // Bad reports whether systemd-boot will no longer pick the entry on its own.
 func (t Tries) Bad() bool { return t.Left == 0 }
 
 // Entry is a slot's Boot Loader Specification entry.
 type Entry struct {
 	Slot Slot
-	// Tries is the boot counter; nil for a committed entry (no counting).
+	// Tries is the boot counter; nil for a committed entry (no counting), Trial's for a
+	// slot on trial.
 	Tries *Tries
 	// Generation orders the slots: the higher boots first. It is the entry's version.
 	Generation uint64
@@ -153,7 +171,7 @@ var ErrNotEntry = errors.New("not an edgegate slot entry")
 
 var entryName = regexp.MustCompile(`^edgegate-([ab])(?:\+([0-9]{1,4})(?:-([0-9]{1,4}))?)?\.conf$`)
 
-// FileName is the entry's file name in EntriesDir: edgegate-a.conf, edgegate-b+1-0.conf.
+// FileName is the entry's file name in EntriesDir: edgegate-a.conf, edgegate-b+0-0.conf.
 func (e Entry) FileName() string {
 	return EntryFileName(e.Slot, e.Tries)
 }
@@ -278,8 +296,8 @@ func WithSlot(options []string, slot Slot) []string {
 }
 
 // Order returns the entries in the order systemd-boot boots them (see the package
-// comment): entries with tries left first, then by generation, highest first. The first
-// is the one that boots next.
+// comment): entries without a counter or with tries left first, then by generation,
+// highest first. The first is the one that boots by default, when no one-shot is armed.
 func Order(entries []Entry) []Entry {
 	out := slices.Clone(entries)
 	slices.SortStableFunc(out, func(a, b Entry) int {
@@ -300,6 +318,20 @@ func Order(entries []Entry) []Entry {
 		return -strings.Compare(string(a.Slot), string(b.Slot))
 	})
 	return out
+}
+
+// OneShotPattern is the value of systemd-boot's LoaderEntryOneShot EFI variable that boots
+// slot's entry, whatever its boot counter: edgegate-b*.conf. systemd-boot boots the first
+// entry whose id the glob matches, once, and removes the variable before it does; an id is
+// the entry's file name in lower case (systemd-boot 252; later versions drop the boot
+// counter from it, which the pattern matches too).
+func OneShotPattern(slot Slot) string { return "edgegate-" + string(slot) + "*.conf" }
+
+// OneShotMatches reports whether systemd-boot, given the one-shot pattern, boots the entry
+// file name: the pattern is a glob over the lowercased name.
+func OneShotMatches(pattern, fileName string) bool {
+	ok, err := path.Match(pattern, strings.ToLower(fileName))
+	return err == nil && ok
 }
 
 // EntryPath is an entry file's path on the EFI system partition.

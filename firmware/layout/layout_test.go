@@ -71,20 +71,48 @@ func TestEntryRoundTrip(t *testing.T) {
 
 func TestOrder(t *testing.T) {
 	a := Entry{Slot: SlotA, Generation: 1}
-	trial := Entry{Slot: SlotB, Generation: 2, Tries: &Tries{1, 0}}
-	spent := Entry{Slot: SlotB, Generation: 2, Tries: &Tries{0, 1}}
+	trial := Entry{Slot: SlotB, Generation: 2, Tries: &Trial}
+	tried := Entry{Slot: SlotB, Generation: 2, Tries: &Tries{0, 1}}
+	counted := Entry{Slot: SlotB, Generation: 2, Tries: &Tries{1, 0}}
 	committed := Entry{Slot: SlotB, Generation: 2}
 	for _, c := range []struct {
 		entries []Entry
 		first   Slot
 	}{
-		{[]Entry{a, trial}, SlotB},     // the new slot is tried
-		{[]Entry{a, spent}, SlotA},     // out of tries: the old slot comes back
-		{[]Entry{committed, a}, SlotB}, // committed stays
+		{[]Entry{a, trial}, SlotA},        // a trial boots only when the one-shot names it
+		{[]Entry{a, tried}, SlotA},        // also after its boot was counted
+		{[]Entry{trial, tried, a}, SlotA}, // a torn counter rename: both names
+		{[]Entry{a, counted}, SlotB},      // systemd-boot's own counting, which the updater does not use
+		{[]Entry{committed, a}, SlotB},    // committed stays
+		{[]Entry{tried, committed, a}, SlotB},
 		{[]Entry{a}, SlotA},
 	} {
 		if got := Order(c.entries)[0].Slot; got != c.first {
 			t.Errorf("Order(%v) boots %q, want %q", c.entries, got, c.first)
 		}
+	}
+}
+
+func TestOneShot(t *testing.T) {
+	if p := OneShotPattern(SlotB); p != "edgegate-b*.conf" {
+		t.Errorf("OneShotPattern(b) = %q", p)
+	}
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"edgegate-b+0-0.conf", true},
+		{"edgegate-b+0-1.conf", true},
+		{"edgegate-b.conf", true}, // a newer systemd-boot's id drops the counter
+		{"EDGEGATE-B+0-0.CONF", true},
+		{"edgegate-a+0-0.conf", false},
+		{"edgegate-a.conf", false},
+	} {
+		if got := OneShotMatches(OneShotPattern(SlotB), c.name); got != c.want {
+			t.Errorf("OneShotMatches(b, %q) = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if EntryFileName(SlotB, &Trial) != "edgegate-b+0-0.conf" {
+		t.Errorf("a trial entry is named %q", EntryFileName(SlotB, &Trial))
 	}
 }

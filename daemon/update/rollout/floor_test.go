@@ -13,6 +13,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/update"
 	"github.com/edgegate/edgegate/daemon/update/rollout"
 	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/efivar"
 	"github.com/edgegate/edgegate/firmware/layout"
 )
 
@@ -38,7 +39,11 @@ func TestBelowFloorHalts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upd := update.New(update.Options{ESP: update.DirESP(esp), StateDir: t.TempDir(), Slot: layout.SlotA,
+	vars := efivar.Store{Dir: t.TempDir()} // what systemd-boot leaves: its name
+	if err := vars.Set(efivar.LoaderInfo, "systemd-boot 252"); err != nil {
+		t.Fatal(err)
+	}
+	upd := update.New(update.Options{ESP: update.DirESP(esp), Loader: vars, StateDir: t.TempDir(), Slot: layout.SlotA,
 		Board: board, Version: v1_1, Keys: []bundle.PublicKey{pub}, Log: testLogger(t)})
 	if st := upd.Status(); !st.Available || st.Trust.SecurityEpochFloor != 2 {
 		t.Fatalf("updater: %+v", st)

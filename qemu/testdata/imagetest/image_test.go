@@ -3,34 +3,31 @@
 // once PID 1 has seen the daemon ready. It checks the boot from the inside and logs what
 // it found in fixed forms that qemu/image_test.go reads back: which slot booted (the
 // kernel command line), which entry systemd-boot booted (its EFI variables), the update
-// keys baked into the firmware and the disk's partitions.
+// keys baked into the firmware and the disk's partitions; for the fallback test it arms
+// slot B's trial boot as the updater does.
 package imagetest
 
 import (
 	"bytes"
 	"debug/buildinfo"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
-	"unicode/utf16"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/firmware/bundle"
+	"github.com/edgegate/edgegate/firmware/efivar"
 	"github.com/edgegate/edgegate/firmware/layout"
 )
 
 const (
-	efiDir     = "/sys/firmware/efi"
-	efivarsDir = "/sys/firmware/efi/efivars"
-	// loaderVendor is the vendor GUID of systemd-boot's variables (the Boot Loader
-	// Interface).
-	loaderVendor = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
-	// dataMountpoint is where PID 1 mounts the data partition.
+	efiDir = "/sys/firmware/efi"
+	// dataMountpoint and espMountpoint are where PID 1 mounts the data partition and the
+	// EFI system partition.
 	dataMountpoint = "/var/lib/edgegate"
+	espMountpoint  = "/boot/efi"
 )
 
 func TestPID1IsEdgegate(t *testing.T) {
@@ -67,9 +64,16 @@ func TestBootedSlot(t *testing.T) {
 	if _, err := os.Stat(efiDir); err != nil {
 		t.Fatalf("not booted through UEFI: %v", err)
 	}
-	mountEFIVars(t)
-	entry := loaderVariable(t, "LoaderEntrySelected")
-	loader := loaderVariable(t, "LoaderInfo")
+	requireEFIVars(t)
+	vars := efivar.Store{}
+	entry, err := vars.Get(efivar.LoaderEntrySelected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loader, err := vars.Loader()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// systemd-boot names an entry by its file name (edgegate-a.conf), which for a counted
 	// entry may carry the counter or not; the slot is what must agree.
 	name := entry
@@ -82,39 +86,53 @@ func TestBootedSlot(t *testing.T) {
 	t.Logf("booted slot %s from entry %s (%s)", slot, entry, loader)
 }
 
-// mountEFIVars mounts efivarfs when PID 1 has not: its module loads after PID 1's mounts.
-func mountEFIVars(t *testing.T) {
-	t.Helper()
-	entries, err := os.ReadDir(efivarsDir)
-	if err == nil && len(entries) > 0 {
+// TestArmTrial is the updater's switch, done by hand for the host's fallback test: when the
+// ESP holds slot B's trial entry never booted (edgegate-b+0-0.conf), it arms systemd-boot's
+// one-shot variable for it and logs "armed one-shot <pattern>". Otherwise it logs
+// "one-shot armed: <value>" with what the variable holds, "" when systemd-boot removed it.
+func TestArmTrial(t *testing.T) {
+	requireEFIVars(t)
+	vars := efivar.Store{}
+	never := filepath.Join(espMountpoint, layout.EntryPath(layout.EntryFileName(layout.SlotB, &layout.Trial)))
+	if _, err := os.Stat(never); err == nil {
+		pattern := layout.OneShotPattern(layout.SlotB)
+		if err := vars.BootOnce(pattern); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := vars.OneShot(); err != nil || got != pattern {
+			t.Fatalf("after arming: %q %v", got, err)
+		}
+		t.Logf("armed one-shot %s", pattern)
 		return
 	}
-	if err := unix.Mount("efivarfs", efivarsDir, "efivarfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
-		t.Fatalf("mount efivarfs on %s: %v", efivarsDir, err)
+	got, err := vars.OneShot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = unix.Unmount(efivarsDir, 0) })
+	t.Logf("one-shot armed: %q", got)
 }
 
-// loaderVariable reads one of systemd-boot's string variables: 4 bytes of attributes, then
-// UTF-16LE ending in a NUL.
-func loaderVariable(t *testing.T, name string) string {
+// requireEFIVars: PID 1 mounted efivarfs, writable (the updater sets the one-shot variable).
+func requireEFIVars(t *testing.T) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(efivarsDir, name+"-"+loaderVendor))
+	if _, err := os.Stat(efiDir); err != nil {
+		t.Fatalf("not booted through UEFI: %v", err)
+	}
+	raw, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		t.Fatalf("EFI variable %s: %v", name, err)
+		t.Fatal(err)
 	}
-	if len(raw) < 4 || (len(raw)-4)%2 != 0 {
-		t.Fatalf("EFI variable %s: %d bytes, not attributes and UTF-16", name, len(raw))
-	}
-	units := make([]uint16, 0, (len(raw)-4)/2)
-	for i := 4; i < len(raw); i += 2 {
-		u := binary.LittleEndian.Uint16(raw[i:])
-		if u == 0 {
-			break
+	for _, line := range strings.Split(string(raw), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 6 && len(g) >= 1 && f[4] == efivar.Dir && g[0] == "efivarfs" {
+			if slices.Contains(strings.Split(f[5], ","), "ro") {
+				t.Fatalf("PID 1 mounted efivarfs read-only: %s", line)
+			}
+			return
 		}
-		units = append(units, u)
 	}
-	return string(utf16.Decode(units))
+	t.Fatalf("PID 1 did not mount efivarfs on %s", efivar.Dir)
 }
 
 // TestUpdateKeys logs "update keys <id> ..." for the host: the keys baked into the
