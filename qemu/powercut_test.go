@@ -282,12 +282,16 @@ func (c *cutRun) offlineCheck(t *testing.T, p *cutPoint) {
 	p.summary = fmt.Sprintf("cut %d before op %d (%s, seed %d): %d pending writes: %d lost, %d kept, %d torn",
 		p.n, p.op, p.step, cutSeed(*p), len(rep.Outcomes), rep.Count(nbddisk.Lost), rep.Count(nbddisk.Kept), rep.Count(nbddisk.Torn))
 	st, err := c.offline(disk, dir)
+	if err == nil {
+		st.data, err = dataSuperblock(disk)
+	}
 	if err != nil {
 		t.Errorf("%s: %v", p.summary, err)
 		return
 	}
 	p.damaged = st.fsck != "clean"
-	p.summary += fmt.Sprintf("; fsck.fat: %s; the boot loader finds %v; PID 1's repair: %s; entries then %v", st.fsck, st.loader, st.repair, st.entries)
+	p.summary += fmt.Sprintf("; fsck.fat: %s; the boot loader finds %v; PID 1's repair: %s; entries then %v; data partition's superblock: %s",
+		st.fsck, st.loader, st.repair, st.entries, st.data)
 	t.Logf("%s", p.summary)
 }
 
@@ -339,7 +343,45 @@ type cutState struct {
 	loader  []string // the boot entries as the boot loader finds them, its default first
 	repair  string   // what PID 1's check and repair does to it (on a copy)
 	entries []string // the boot entries after that repair
+	data    string   // what PID 1's check of the data partition's superblock does
 }
+
+// dataSuperblock runs PID 1's check of the data partition's ext4 superblock on the disk a
+// cut left (the kernel refuses to mount one whose checksum a torn write broke): it must
+// find the superblock sound or make it so.
+func dataSuperblock(disk string) (string, error) {
+	t, err := image.ReadDiskTable(disk)
+	if err != nil {
+		return "", err
+	}
+	p, ok := t.Partition(layout.DataPartName)
+	if !ok {
+		return "", fmt.Errorf("no partition named %s", layout.DataPartName)
+	}
+	f, err := os.OpenFile(disk, os.O_RDWR, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	what, err := pid1.RepairExt4Superblock(partitionDev{f, p.Offset()})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("the data partition's superblock: %w", err)
+	case what == "":
+		return "sound", nil
+	}
+	return what, nil
+}
+
+// partitionDev is one partition of a disk image file.
+type partitionDev struct {
+	f   *os.File
+	off int64
+}
+
+func (d partitionDev) ReadAt(p []byte, at int64) (int, error)  { return d.f.ReadAt(p, d.off+at) }
+func (d partitionDev) WriteAt(p []byte, at int64) (int, error) { return d.f.WriteAt(p, d.off+at) }
+func (d partitionDev) Sync() error                             { return d.f.Sync() }
 
 // offline looks at the ESP a cut left without booting: fsck.fat's findings, the entries
 // as the boot loader finds them (it must boot a committed slot by default), then PID 1's

@@ -227,6 +227,7 @@ func (m *Machine) mountData() {
 		}
 		return
 	}
+	m.repairData(dev)
 	mt := dataMount(dev)
 	if err := m.sys.Mounts.Mount(mt); err != nil {
 		m.log.Error("mounting the persistent data partition failed; state lives in memory until power-off",
