@@ -69,8 +69,12 @@ func (m *Manager) commit(now time.Time) {
 			return err
 		}
 		// A power cut in systemd-boot's own rename of the entry may have left its old name
-		// too: it goes, so that the slot has one entry.
-		return removeSync(dir, m.ownTrials(t.entry.file)...)
+		// too: it goes, so that the slot has one entry. Committed already, a failure here
+		// only leaves a name that never boots by default.
+		if err := removeSync(dir, m.ownTrials(t.entry.file)...); err != nil {
+			m.opts.Log.Warn("removing a second name of the committed slot's trial entry failed", "err", err)
+		}
+		return nil
 	})
 	if err != nil {
 		m.mu.Unlock()
