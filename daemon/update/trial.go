@@ -138,3 +138,84 @@ func (m *Manager) giveUp(now time.Time, err error) {
 		m.opts.Reboot()
 	}
 }
+
+// rolledBack settles a trial of the other slot that this slot's boot followed: the next
+// try is armed while tries are left, else the rollback is recorded.
+func (m *Manager) rolledBack(now time.Time, otherEntry slotEntry, otherOK bool) {
+	p, other := m.state.Pending, m.opts.Slot.Other()
+	var reason string
+	phase := PhaseRolledBack
+	switch t := otherEntry.entry.Tries; {
+	case !otherOK:
+		phase, reason = PhaseInterrupted, fmt.Sprintf("the gateway restarted before slot %s's boot entry was written", other)
+	case t == nil:
+		// The new firmware committed, and yet this slot booted: picked in the boot menu.
+		m.state.end(now, PhaseCommitted, fmt.Sprintf("slot %s committed, but slot %s was booted afterwards (boot menu?)", other, m.opts.Slot))
+		return
+	case p.TrialBoots < p.Tries:
+		err := m.armTry(now, other)
+		if err == nil {
+			return
+		}
+		reason = fmt.Sprintf("try %d of slot %s could not be armed: %v", p.TrialBoots, other, err)
+	default:
+		reason = fmt.Sprintf("the new firmware did not prove healthy in %d boot(s) of slot %s; slot %s booted again", p.TrialBoots, other, m.opts.Slot)
+		if p.Reason != "" {
+			reason += " (last: " + p.Reason + ")"
+		}
+	}
+	// The history says what happened before the spent entry goes: a power cut in between
+	// leaves the entry, which the next start removes (removeSpent), not a history that
+	// cannot tell a rollback from an entry never written.
+	m.state.end(now, phase, reason)
+	m.saveLocked()
+	if otherOK {
+		m.removeSpent(otherEntry)
+	}
+	m.opts.Marker("EDGEGATE-UPDATE %s slot=%s", phase, other)
+	m.opts.Log.Error("firmware update did not stay", "phase", phase, "reason", reason)
+}
+
+// armTry arms the next try of the pending trial of slot: counted in the state file first,
+// so that a power cut cannot give the slot more tries than it has, then the one-shot
+// variable; Start reboots into it.
+func (m *Manager) armTry(now time.Time, slot layout.Slot) error {
+	p := m.state.Pending
+	if m.opts.Loader == nil {
+		return errors.New("no EFI variables")
+	}
+	last := "it did not commit"
+	if p.Reason != "" {
+		last = p.Reason
+	}
+	p.TrialBoots++
+	p.event(now, "slot %s booted after trial boot %d of %d (%s); arming try %d; rebooting", m.opts.Slot, p.TrialBoots-1, p.Tries, last, p.TrialBoots)
+	m.saveLocked()
+	if err := m.opts.Loader.BootOnce(layout.OneShotPattern(slot)); err != nil {
+		return err
+	}
+	m.retry, m.rebooting = true, true
+	m.opts.Marker("EDGEGATE-UPDATE retry slot=%s boot=%d/%d", slot, p.TrialBoots, p.Tries)
+	m.opts.Log.Warn("the new firmware's trial boot did not commit; trying it again", "slot", slot, "version", p.To.Version,
+		"boot", p.TrialBoots, "of", p.Tries, "last", last)
+	return nil
+}
+
+// removeSpent removes the other slot's trial entries after its trial (e, and any other name
+// a torn counter rename left): nothing boots that slot again until the next update.
+func (m *Manager) removeSpent(e slotEntry) {
+	root := m.opts.ESP.Root()
+	names := []string{e.file}
+	if entries, _, err := readEntries(root); err == nil {
+		for _, o := range entries {
+			if o.entry.Slot == e.entry.Slot && o.entry.Tries != nil && o.file != e.file {
+				names = append(names, o.file)
+			}
+		}
+	}
+	if err := m.opts.ESP.Writable(func() error {
+		return removeSync(filepath.Join(root, layout.EntriesDir), names...)
+	}); err != nil {
+		m.opts.Log.Warn("removing the rolled back slot's entry failed", "entries", names, "err", err)
+	}
+}
