@@ -118,21 +118,13 @@ func requireEFIVars(t *testing.T) {
 	if _, err := os.Stat(efiDir); err != nil {
 		t.Fatalf("not booted through UEFI: %v", err)
 	}
-	raw, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
+	mnt, err := mountInfo(efivar.Dir)
+	if err != nil || mnt.fstype != "efivarfs" {
+		t.Fatalf("PID 1 did not mount efivarfs on %s: %+v %v", efivar.Dir, mnt, err)
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if ok && len(f) >= 6 && len(g) >= 1 && f[4] == efivar.Dir && g[0] == "efivarfs" {
-			if slices.Contains(strings.Split(f[5], ","), "ro") {
-				t.Fatalf("PID 1 mounted efivarfs read-only: %s", line)
-			}
-			return
-		}
+	if slices.Contains(strings.Split(mnt.options, ","), "ro") {
+		t.Fatalf("PID 1 mounted efivarfs read-only: %+v", mnt)
 	}
-	t.Fatalf("PID 1 did not mount efivarfs on %s", efivar.Dir)
 }
 
 // TestUpdateKeys logs "update keys <id> ..." for the host: the keys baked into the
@@ -170,32 +162,35 @@ func TestPartitions(t *testing.T) {
 			t.Errorf("%s: uevent %q lacks PARTNAME=%s", dev, raw, want)
 		}
 	}
-	source, err := mountSource(dataMountpoint)
+	mnt, err := mountInfo(dataMountpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if source != "/dev/vda2" {
-		t.Errorf("%s is mounted from %s, want /dev/vda2", dataMountpoint, source)
+	if mnt.source != "/dev/vda2" {
+		t.Errorf("%s is mounted from %s, want /dev/vda2", dataMountpoint, mnt.source)
 	}
 }
 
-// mountSource returns the source of the last mount on target (the one in use).
-func mountSource(target string) (string, error) {
+// mountOn is the last mount on target (the one in use): its options, file system type and
+// source, from /proc/self/mountinfo.
+type mountOn struct{ options, fstype, source string }
+
+func mountInfo(target string) (mountOn, error) {
 	raw, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return "", err
+		return mountOn{}, err
 	}
-	source := ""
+	var found mountOn
 	for _, line := range strings.Split(string(raw), "\n") {
 		// id parent major:minor root mountpoint options [optional...] - fstype source super
 		pre, post, ok := strings.Cut(line, " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
-		if ok && len(f) >= 5 && len(g) >= 2 && f[4] == target {
-			source = g[1]
+		if ok && len(f) >= 6 && len(g) >= 2 && f[4] == target {
+			found = mountOn{options: f[5], fstype: g[0], source: g[1]}
 		}
 	}
-	if source == "" {
-		return "", errors.New(target + " is not mounted")
+	if found.fstype == "" {
+		return found, errors.New(target + " is not mounted")
 	}
-	return source, nil
+	return found, nil
 }
