@@ -93,6 +93,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseARP$$' -fuzztime $(FUZZTIME) ./daemon/kernel/l2
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNS$$' -fuzztime $(FUZZTIME) ./daemon/kernel/l2
 	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./firmware/bundle
+	$(GO) test -run '^$$' -fuzz '^FuzzGlobMatch$$' -fuzztime $(FUZZTIME) ./daemon/pid1
 
 # Real kernel rules and real TCP/UDP between network namespaces the tests create; needs root.
 test-netns: build

@@ -39,8 +39,14 @@ type Board struct {
 	Console string `json:"console"`
 	// ModuleSets names shared module lists from board/modules/<set>.yaml.
 	ModuleSets []string `json:"moduleSets"`
-	// Modules are this board's own modules (NIC drivers, watchdogs), by module name.
+	// Modules are this board's own modules that load at every boot, by module name:
+	// what no device asks for (softdog, file systems, netfilter).
 	Modules []string `json:"modules"`
+	// Drivers are this board's device drivers (NICs, storage, watchdogs), by module name.
+	// They go into the image with their device aliases (modules.alias), and PID 1 loads
+	// one only when a device present matches it: a board lists every driver its hardware
+	// family may need, and a given machine loads the few it has.
+	Drivers []string `json:"drivers,omitempty"`
 	// QEMU says how to emulate the board.
 	QEMU QEMU `json:"qemu"`
 }
@@ -63,6 +69,10 @@ type QEMU struct {
 	// Watchdog is the -device model of the hardware watchdog QEMU gives the guest, e.g.
 	// i6300esb (a PCI device: x86_64 and arm64 virt alike); empty for none.
 	Watchdog string `json:"watchdog,omitempty"`
+	// Disk is how the disks of a disk-image boot are attached: "virtio" (the default),
+	// "nvme" (an NVMe controller per disk), or "usb" (USB mass storage on an xHCI
+	// controller), so that a board's own storage drivers are the ones that find them.
+	Disk string `json:"disk,omitempty"`
 	// UEFI is how the board boots a disk image through UEFI firmware under QEMU (the A/B
 	// slots and systemd-boot of firmware/image); nil when it is only booted with -kernel.
 	UEFI *UEFI `json:"uefi,omitempty"`
@@ -83,9 +93,11 @@ type UEFI struct {
 	Machine string `json:"machine,omitempty"`
 }
 
-// moduleSet is the content of board/modules/<set>.yaml.
+// moduleSet is the content of board/modules/<set>.yaml: modules loaded at every boot,
+// and device drivers loaded for the devices present (see Board).
 type moduleSet struct {
-	Modules []string `json:"modules"`
+	Modules []string `json:"modules,omitempty"`
+	Drivers []string `json:"drivers,omitempty"`
 }
 
 // Names returns the names of all boards, sorted.
@@ -125,10 +137,33 @@ func Load(name string) (Board, error) {
 	return b, nil
 }
 
-// AllModules returns the board's module sets followed by its own modules, without
-// duplicates, in the order the board file gives them.
+// AllModules returns the modules loaded at every boot: the board's module sets' modules
+// followed by its own, without duplicates, in the order the board file gives them.
 func (b Board) AllModules() ([]string, error) {
+	return b.collect(func(s moduleSet) []string { return s.Modules }, b.Modules)
+}
+
+// AllDrivers returns the device drivers: the module sets' drivers followed by the board's
+// own, without duplicates, in the order the board file gives them.
+func (b Board) AllDrivers() ([]string, error) {
+	return b.collect(func(s moduleSet) []string { return s.Drivers }, b.Drivers)
+}
+
+// collect returns what of selects from each module set, then own, without duplicates.
+func (b Board) collect(of func(moduleSet) []string, own []string) ([]string, error) {
+	sets, err := b.sets()
+	if err != nil {
+		return nil, err
+	}
 	var all []string
+	for _, s := range sets {
+		all = append(all, of(s)...)
+	}
+	return dedup(append(all, own...)), nil
+}
+
+func (b Board) sets() ([]moduleSet, error) {
+	var sets []moduleSet
 	for _, set := range b.ModuleSets {
 		raw, err := files.ReadFile(path.Join("modules", set+".yaml"))
 		if err != nil {
@@ -138,18 +173,21 @@ func (b Board) AllModules() ([]string, error) {
 		if err := yaml.UnmarshalStrict(raw, &s); err != nil {
 			return nil, fmt.Errorf("module set %q: %w", set, err)
 		}
-		all = append(all, s.Modules...)
+		sets = append(sets, s)
 	}
-	all = append(all, b.Modules...)
+	return sets, nil
+}
+
+func dedup(names []string) []string {
 	seen := map[string]bool{}
-	out := all[:0]
-	for _, m := range all {
+	out := names[:0]
+	for _, m := range names {
 		if !seen[m] {
 			seen[m] = true
 			out = append(out, m)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // KernelArgs are the kernel command line arguments every boot of this board gets
@@ -198,6 +236,11 @@ func (b Board) validate() error {
 	if q.MemoryMiB < 128 {
 		return fmt.Errorf("qemu: memoryMiB %d: want at least 128", q.MemoryMiB)
 	}
+	switch q.Disk {
+	case "", "virtio", "nvme", "usb":
+	default:
+		return fmt.Errorf("qemu: disk %q: want virtio, nvme or usb", q.Disk)
+	}
 	if err := q.UEFI.validate(); err != nil {
 		return fmt.Errorf("qemu: uefi: %w", err)
 	}
@@ -205,9 +248,19 @@ func (b Board) validate() error {
 	if err != nil {
 		return err
 	}
-	for _, m := range mods {
+	drivers, err := b.AllDrivers()
+	if err != nil {
+		return err
+	}
+	for _, m := range append(slices.Clone(mods), drivers...) {
 		if m == "" || strings.ContainsAny(m, "/ \t") {
 			return fmt.Errorf("module %q: want a module name", m)
+		}
+	}
+	for _, d := range drivers {
+		// Loaded at every boot and also only for its devices: one of the two lists is wrong.
+		if slices.Contains(mods, d) {
+			return fmt.Errorf("module %q is both a module and a driver", d)
 		}
 	}
 	return nil

@@ -40,13 +40,27 @@ func TestBoardsLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range []string{"nf_tables", "ip_vs", "nf_conntrack", "virtio_net", "efivarfs"} {
+			for _, m := range []string{"nf_tables", "ip_vs", "nf_conntrack", "efivarfs"} {
 				if !slices.Contains(mods, m) {
 					t.Errorf("modules lack %s", m)
 				}
 			}
+			drivers, err := b.AllDrivers()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"virtio_pci", "virtio_net", "virtio_blk"} {
+				if !slices.Contains(drivers, m) {
+					t.Errorf("drivers lack %s", m)
+				}
+			}
+			// The NIC model QEMU gives the board is one of its drivers' devices.
+			nicDriver := map[string]string{"virtio-net-pci": "virtio_net", "e1000e": "e1000e"}[b.QEMU.NIC]
+			if !slices.Contains(drivers, nicDriver) {
+				t.Errorf("qemu nic %s: no driver %q among %v", b.QEMU.NIC, nicDriver, drivers)
+			}
 			seen := map[string]bool{}
-			for _, m := range mods {
+			for _, m := range append(mods, drivers...) {
 				if seen[m] {
 					t.Errorf("module %s listed twice", m)
 				}
@@ -67,23 +81,57 @@ func TestLoadUnknown(t *testing.T) {
 }
 
 func TestAllModulesKeepsOrderAndDropsDuplicates(t *testing.T) {
-	b := Board{ModuleSets: []string{"virtio"}, Modules: []string{"e1000e", "virtio_net", "igb"}}
+	b := Board{ModuleSets: []string{"machine", "virtio"}, Modules: []string{"softdog", "vfat"},
+		Drivers: []string{"e1000e", "virtio_net", "igb"}}
 	got, err := b.AllModules()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"virtio_pci", "virtio_net", "virtio_blk", "e1000e", "igb"}
+	want := []string{"efivarfs", "vfat", "nls_cp437", "nls_ascii", "ext4", "softdog"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("AllModules() = %v, want %v", got, want)
+	}
+	got, err = b.AllDrivers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"virtio_pci", "virtio_net", "virtio_blk", "e1000e", "igb"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("AllDrivers() = %v, want %v", got, want)
 	}
 	if _, err := (Board{ModuleSets: []string{"nope"}}).AllModules(); err == nil {
 		t.Fatal("AllModules with an unknown set succeeded")
 	}
+	if _, err := (Board{ModuleSets: []string{"nope"}}).AllDrivers(); err == nil {
+		t.Fatal("AllDrivers with an unknown set succeeded")
+	}
+}
+
+func TestValidateModulesAndDrivers(t *testing.T) {
+	b, err := Load("pc-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := b
+	both.Modules = []string{"e1000e"}
+	if err := both.validate(); err == nil || !strings.Contains(err.Error(), `module "e1000e" is both a module and a driver`) {
+		t.Errorf("a module that is also a driver: %v", err)
+	}
+	bad := b
+	bad.Drivers = []string{"kernel/e1000e.ko"}
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), "want a module name") {
+		t.Errorf("a driver given as a path: %v", err)
+	}
+	disk := b
+	disk.QEMU.Disk = "ide"
+	if err := disk.validate(); err == nil || !strings.Contains(err.Error(), `disk "ide"`) {
+		t.Errorf("an unknown disk kind: %v", err)
+	}
 }
 
 func TestQEMUBoardsBootUEFI(t *testing.T) {
-	// The disk image tests (qemu/image_test.go) boot these two through UEFI.
-	for _, name := range []string{"qemu-x86_64", "qemu-arm64"} {
+	// The disk image tests (qemu/image_test.go) boot every board through UEFI.
+	for _, name := range Names() {
 		b, err := Load(name)
 		if err != nil {
 			t.Fatal(err)

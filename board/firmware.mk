@@ -54,10 +54,12 @@ deps-qemu: deps-image
 # the schedulers, IPVS counters, graceful termination and switching among the three modes.
 # The boards boot side by side: on 2 cores that was faster (43 s) than one after the other
 # (60 s); TestIPVS takes about 70 s more. TestDiskImage (qemu/image_test.go) builds disk
-# images (make image's) with a test update key and boots them through UEFI (OVMF, AAVMF):
+# images (make image's) of every board with a test update key and boots them through UEFI
+# (OVMF, AAVMF) from the board's kind of disk (virtio; an NVMe SSD on pc-x86_64; a USB stick
+# behind xHCI on generic-arm64, whose SCSI disk's driver loads from a device event):
 # systemd-boot boots slot A; a slot B on trial that cannot boot is tried once, the machine
-# reboots into A by itself and the entry on the disk says edgegate-b+0-1.conf (about 105 s
-# for both boards). TestUpdate (qemu/update_test.go) updates a gateway booted from its disk
+# reboots into A by itself and the entry on the disk says edgegate-b+0-1.conf (about 120 s
+# for the four boards). TestUpdate (qemu/update_test.go) updates a gateway booted from its disk
 # image through the dashboard. On both boards a good update commits and a release that
 # panics at boot rolls back by itself, on a disk that records every write; the power-cut
 # matrix then replays a cut before every flush of that run on a disk that loses unflushed

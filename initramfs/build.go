@@ -24,9 +24,17 @@ const (
 	testPath      = "/edgegate-test"
 	testArgsPath  = "/etc/edgegate/test"
 	moduleRootDir = "/lib/modules"
-	// OrderFile is the load order file's name inside /lib/modules/<release>: one module
-	// path per line, relative to that directory, dependencies first.
+	// OrderFile is the load order file's name inside /lib/modules/<release>: the modules
+	// loaded at every boot, one path per line, relative to that directory, dependencies
+	// first.
 	OrderFile = "edgegate.order"
+	// AliasFile and DepFile index the device drivers as depmod would (the Debian package
+	// ships neither: its postinst runs depmod): "alias <modalias pattern> <module>" lines
+	// for the drivers, and "<path>: <dependency paths>" lines for every module packed,
+	// dependencies listed the way modprobe reads them (the last one loads first). Soft
+	// pre-dependencies are listed there as dependencies, so one file says what to load.
+	AliasFile = "modules.alias"
+	DepFile   = "modules.dep"
 )
 
 // Spec says what goes into one initramfs.
@@ -57,7 +65,11 @@ func Build(spec Spec) (*Image, Modules, error) {
 	if err != nil {
 		return nil, Modules{}, err
 	}
-	mods, err := ResolveModules(spec.Kernel.ModulesDir(), names)
+	drivers, err := spec.Board.AllDrivers()
+	if err != nil {
+		return nil, Modules{}, err
+	}
+	mods, err := ResolveModules(spec.Kernel.ModulesDir(), names, drivers)
 	if err != nil {
 		return nil, Modules{}, err
 	}
@@ -65,15 +77,7 @@ func Build(spec Spec) (*Image, Modules, error) {
 	if err := addBinary(im, initPath, spec.Init, spec.Board.Arch); err != nil {
 		return nil, Modules{}, err
 	}
-	moduleDir := path.Join(moduleRootDir, spec.Kernel.Release)
-	var order strings.Builder
-	for _, m := range mods.Order {
-		if err := im.Add(path.Join(moduleDir, m.Path), m.Image, 0o644); err != nil {
-			return nil, Modules{}, err
-		}
-		order.WriteString(m.Path + "\n")
-	}
-	if err := im.Add(path.Join(moduleDir, OrderFile), []byte(order.String()), 0o644); err != nil {
+	if err := addModules(im, path.Join(moduleRootDir, spec.Kernel.Release), mods); err != nil {
 		return nil, Modules{}, err
 	}
 	if err := im.Add(boardPath, []byte(spec.Board.Name+"\n"), 0o644); err != nil {
@@ -108,6 +112,41 @@ func Build(spec Spec) (*Image, Modules, error) {
 		return nil, Modules{}, fmt.Errorf("test arguments without a test binary")
 	}
 	return im, mods, nil
+}
+
+// addModules packs the module files with the load order file and the drivers' indexes.
+func addModules(im *Image, dir string, mods Modules) error {
+	paths := map[string]string{}
+	var order, deps, aliases strings.Builder
+	for i, m := range slices.Concat(mods.Order, mods.Drivers) {
+		if err := im.Add(path.Join(dir, m.Path), m.Image, 0o644); err != nil {
+			return err
+		}
+		paths[m.Name] = m.Path
+		if i < len(mods.Order) {
+			order.WriteString(m.Path + "\n")
+		}
+	}
+	for _, m := range slices.Concat(mods.Order, mods.Drivers) {
+		deps.WriteString(m.Path + ":")
+		need := mods.Deps[m.Name]
+		for i := len(need) - 1; i >= 0; i-- {
+			deps.WriteString(" " + paths[need[i]])
+		}
+		deps.WriteString("\n")
+	}
+	for _, a := range mods.Aliases {
+		if strings.ContainsAny(a.Pattern, " \t\n") {
+			return fmt.Errorf("initramfs: module %s: alias %q holds white space", a.Module, a.Pattern)
+		}
+		fmt.Fprintf(&aliases, "alias %s %s\n", a.Pattern, a.Module)
+	}
+	for name, content := range map[string]string{OrderFile: order.String(), DepFile: deps.String(), AliasFile: aliases.String()} {
+		if err := im.Add(path.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func addFile(im *Image, name, src string, perm os.FileMode) error {

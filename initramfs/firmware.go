@@ -50,8 +50,14 @@ type BuildInfo struct {
 
 // ModuleInfo is the board's module list and what the kernel made of it.
 type ModuleInfo struct {
-	Requested       []string `json:"requested"`
-	LoadOrder       []string `json:"loadOrder"`
+	Requested []string `json:"requested"`
+	LoadOrder []string `json:"loadOrder"`
+	// Drivers are the device drivers asked for; DriverFiles what they pack beyond
+	// LoadOrder (the drivers and their dependencies, in load order); Aliases how many
+	// device aliases modules.alias holds for them.
+	Drivers         []string `json:"drivers"`
+	DriverFiles     []string `json:"driverFiles"`
+	Aliases         int      `json:"aliases"`
 	Builtin         []string `json:"builtin"`
 	MissingSoftdeps []string `json:"missingSoftdeps,omitempty"`
 }
@@ -107,10 +113,15 @@ func BuildFirmware(ctx context.Context, log *slog.Logger, spec FirmwareSpec) (Fi
 	if err != nil {
 		return Firmware{}, err
 	}
+	drivers, err := b.AllDrivers()
+	if err != nil {
+		return Firmware{}, err
+	}
 	info := BuildInfo{
 		Board: b.Name, Arch: b.Arch, Kernel: kernel,
 		Modules: ModuleInfo{
 			Requested: requested, LoadOrder: []string{}, Builtin: mods.Builtin,
+			Drivers: append([]string{}, drivers...), DriverFiles: []string{}, Aliases: len(mods.Aliases),
 			MissingSoftdeps: mods.MissingSoftdeps,
 		},
 		Init: digest(initBin), Vmlinuz: digest(vmlinuz), Initramfs: digest(archive),
@@ -121,6 +132,9 @@ func BuildFirmware(ctx context.Context, log *slog.Logger, spec FirmwareSpec) (Fi
 	}
 	for _, m := range mods.Order {
 		info.Modules.LoadOrder = append(info.Modules.LoadOrder, m.Path)
+	}
+	for _, m := range mods.Drivers {
+		info.Modules.DriverFiles = append(info.Modules.DriverFiles, m.Path)
 	}
 	manifest, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {

@@ -31,11 +31,13 @@ func testKey(t *testing.T, seed byte) bundle.PublicKey {
 }
 
 // fakeSpec builds a Spec over a fake kernel tree: a board whose modules are a and d of
-// fakeTree, an amd64 /init, a config, manifests, a test binary and one update key
+// fakeTree and whose driver is nic (needing b and mdio), an amd64 /init, a config, manifests, a test binary and one update key
 // (testKey(t, 1)).
 func fakeSpec(t *testing.T) Spec {
 	t.Helper()
 	dir, _ := fakeTree(t)
+	writeModule(t, dir, "kernel/drivers/nic.ko", "name=nic", "depends=b,mdio", "alias=pci:v00008086d000010D3sv*sd*bc*sc*i*")
+	writeModule(t, dir, "kernel/drivers/mdio.ko", "name=mdio")
 	root := filepath.Dir(filepath.Dir(filepath.Dir(dir)))
 	in := t.TempDir()
 	writeFile(t, filepath.Join(in, "init"), fakeELF(t, elf.EM_X86_64, nil, false))
@@ -46,7 +48,7 @@ func fakeSpec(t *testing.T) Spec {
 	writeFile(t, filepath.Join(in, "manifests", "README"), []byte("not a manifest"))
 	writeFile(t, filepath.Join(in, "firmware.pub"), testKey(t, 1).Marshal())
 	return Spec{
-		Board:      board.Board{Name: "fake-x86_64", Arch: "amd64", Modules: []string{"a", "d"}},
+		Board:      board.Board{Name: "fake-x86_64", Arch: "amd64", Modules: []string{"a", "d"}, Drivers: []string{"nic"}},
 		Kernel:     debian.Kernel{Dir: root, Release: "6.1.0-test"},
 		Init:       filepath.Join(in, "init"),
 		Config:     filepath.Join(in, "config.yaml"),
@@ -126,11 +128,14 @@ func TestBuildLayout(t *testing.T) {
 		"init",
 		"lib", "lib/modules", "lib/modules/6.1.0-test", "lib/modules/6.1.0-test/edgegate.order",
 		"lib/modules/6.1.0-test/kernel",
+		"lib/modules/6.1.0-test/kernel/drivers", "lib/modules/6.1.0-test/kernel/drivers/mdio.ko",
+		"lib/modules/6.1.0-test/kernel/drivers/nic.ko",
 		"lib/modules/6.1.0-test/kernel/lib", "lib/modules/6.1.0-test/kernel/lib/crc-impl.ko",
 		"lib/modules/6.1.0-test/kernel/net",
 		"lib/modules/6.1.0-test/kernel/net/a.ko", "lib/modules/6.1.0-test/kernel/net/b.ko",
 		"lib/modules/6.1.0-test/kernel/net/c.ko", "lib/modules/6.1.0-test/kernel/net/d.ko",
 		"lib/modules/6.1.0-test/kernel/net/e.ko",
+		"lib/modules/6.1.0-test/modules.alias", "lib/modules/6.1.0-test/modules.dep",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("archive entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -139,7 +144,13 @@ func TestBuildLayout(t *testing.T) {
 	if c := content["lib/modules/6.1.0-test/edgegate.order"]; c != order {
 		t.Errorf("order file:\n%s\nwant:\n%s", c, order)
 	}
+	// depmod's formats: a module's dependencies load last to first.
+	deps := "kernel/lib/crc-impl.ko:\nkernel/net/c.ko:\nkernel/net/b.ko: kernel/net/c.ko\n" +
+		"kernel/net/a.ko: kernel/net/b.ko kernel/net/c.ko kernel/lib/crc-impl.ko\nkernel/net/d.ko:\nkernel/net/e.ko:\n" +
+		"kernel/drivers/mdio.ko:\nkernel/drivers/nic.ko: kernel/drivers/mdio.ko kernel/net/b.ko kernel/net/c.ko\n"
 	for name, want := range map[string]string{
+		"lib/modules/6.1.0-test/modules.dep":          deps,
+		"lib/modules/6.1.0-test/modules.alias":        "alias pci:v00008086d000010D3sv*sd*bc*sc*i* nic\n",
 		"etc/edgegate/board":                          "fake-x86_64\n",
 		"etc/edgegate/test":                           "-test.v=test2json -test.run=TestX\n",
 		"etc/edgegate/config.yaml":                    "proxyMode: ipvs\n",

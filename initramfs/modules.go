@@ -24,9 +24,17 @@ type Module struct {
 
 // Modules is a board's module list resolved against one kernel.
 type Modules struct {
-	// Order is every module to pack, dependencies (soft pre-dependencies included) before
-	// the modules that need them.
+	// Order are the modules loaded at every boot, dependencies (soft pre-dependencies
+	// included) before the modules that need them.
 	Order []Module
+	// Drivers are the device drivers, with what they need that Order does not hold, in
+	// load order: packed, and loaded only for a device that matches one of Aliases.
+	Drivers []Module
+	// Deps maps each packed module to the modules it needs loaded first (dependencies and
+	// soft pre-dependencies, transitively), in load order.
+	Deps map[string][]string
+	// Aliases are the drivers' device aliases (modalias patterns), driver by driver.
+	Aliases []Alias
 	// Builtin are the names, asked for or needed as soft dependencies, that the kernel has
 	// built in: nothing to load.
 	Builtin []string
@@ -35,32 +43,93 @@ type Modules struct {
 	MissingSoftdeps []string
 }
 
+// Alias is one device alias of a driver: a modalias pattern (a shell glob such as
+// pci:v00008086d000010D3sv*sd*bc*sc*i*) and the module that drives what it matches.
+type Alias struct {
+	Pattern string
+	Module  string
+}
+
 // ErrUnknownModule is returned for a module name that is neither a module file, a
 // built-in, nor an alias of either.
 var ErrUnknownModule = errors.New("unknown kernel module")
 
-// ResolveModules finds names (module names or aliases) in the kernel module tree dir
-// (lib/modules/<release> of an unpacked kernel package) and orders them with their
-// dependencies from each module's .modinfo: `depends=` and `softdep=` pre-dependencies
-// before the module, post-dependencies after it. Names the kernel has built in
-// (modules.builtin) are left out. The order is deterministic: depth first, in the order
-// of names and of each module's own entries.
-func ResolveModules(dir string, names []string) (Modules, error) {
+// ResolveModules finds names (module names or aliases, loaded at every boot) and drivers
+// (module names of device drivers) in the kernel module tree dir (lib/modules/<release>
+// of an unpacked kernel package) and orders them with their dependencies from each
+// module's .modinfo: `depends=` and `softdep=` pre-dependencies before the module,
+// post-dependencies after it. Names the kernel has built in (modules.builtin) are left
+// out. The order is deterministic: depth first, in the order of names and of each
+// module's own entries. A driver must declare device aliases: a module without any could
+// only ever load at every boot.
+func ResolveModules(dir string, names, drivers []string) (Modules, error) {
 	t, err := openTree(dir)
 	if err != nil {
 		return Modules{}, err
 	}
-	r := resolver{tree: t, state: map[string]visitState{}}
+	r := resolver{tree: t, state: map[string]visitState{}, direct: map[string][]string{}}
 	for _, name := range names {
-		if err := r.want(name, true); err != nil {
+		if _, err := r.want(name, true); err != nil {
 			return Modules{}, err
 		}
 	}
+	always := len(r.out.Order)
+	for _, name := range drivers {
+		mods, err := r.want(name, true)
+		if err != nil {
+			return Modules{}, fmt.Errorf("driver %s: %w", name, err)
+		}
+		for _, m := range mods {
+			info, err := t.module(m)
+			if err != nil {
+				return Modules{}, err
+			}
+			if len(info.info.aliases) == 0 {
+				return Modules{}, fmt.Errorf("driver %s: module %s declares no device aliases; list it with the modules loaded at every boot", name, m)
+			}
+			for _, a := range info.info.aliases {
+				r.out.Aliases = append(r.out.Aliases, Alias{Pattern: a, Module: m})
+			}
+		}
+	}
+	r.out.Drivers = r.out.Order[always:]
+	r.out.Order = r.out.Order[:always:always]
+	r.out.Deps = r.closures()
 	slices.Sort(r.out.Builtin)
 	r.out.Builtin = slices.Compact(r.out.Builtin)
 	slices.Sort(r.out.MissingSoftdeps)
 	r.out.MissingSoftdeps = slices.Compact(r.out.MissingSoftdeps)
 	return r.out, nil
+}
+
+// closures returns, for every module resolved, the modules it needs first, transitively,
+// in the load order (Order, then Drivers), which puts each before what needs it.
+func (r *resolver) closures() map[string][]string {
+	pos := map[string]int{}
+	for i, m := range slices.Concat(r.out.Order, r.out.Drivers) {
+		pos[m.Name] = i
+	}
+	deps := map[string][]string{}
+	for name := range pos {
+		seen := map[string]bool{}
+		var walk func(string)
+		walk = func(n string) {
+			for _, d := range r.direct[n] {
+				if !seen[d] {
+					seen[d] = true
+					walk(d)
+				}
+			}
+		}
+		walk(name)
+		list := make([]string, 0, len(seen))
+		for d := range seen {
+			list = append(list, d)
+		}
+		slices.SortFunc(list, func(a, b string) int { return pos[a] - pos[b] })
+		deps[name] = list
+	}
+	return deps
 }
 
 // tree indexes a lib/modules/<release> directory.
@@ -234,29 +303,32 @@ type resolver struct {
 	state map[string]visitState
 	path  []string // the modules being visited, for cycle errors
 	out   Modules
+	// direct maps a module to the modules its dependencies and soft pre-dependencies
+	// resolved to.
+	direct map[string][]string
 }
 
-// want adds what name stands for. A soft dependency (required false) that names nothing
-// is recorded and skipped, as modprobe does; a missing hard dependency or asked-for
-// module is an error.
-func (r *resolver) want(name string, required bool) error {
+// want adds what name stands for and returns the module files it resolved to. A soft
+// dependency (required false) that names nothing is recorded and skipped, as modprobe
+// does; a missing hard dependency or asked-for module is an error.
+func (r *resolver) want(name string, required bool) ([]string, error) {
 	mods, builtin, err := r.tree.lookup(name)
 	switch {
 	case errors.Is(err, ErrUnknownModule) && !required:
 		r.out.MissingSoftdeps = append(r.out.MissingSoftdeps, name)
-		return nil
+		return nil, nil
 	case err != nil:
-		return err
+		return nil, err
 	case builtin:
 		r.out.Builtin = append(r.out.Builtin, name)
-		return nil
+		return nil, nil
 	}
 	for _, m := range mods {
 		if err := r.visit(m); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return mods, nil
 }
 
 func (r *resolver) visit(name string) error {
@@ -273,21 +345,25 @@ func (r *resolver) visit(name string) error {
 	r.state[name] = visiting
 	r.path = append(r.path, name)
 	for _, pre := range m.info.pre {
-		if err := r.want(pre, false); err != nil {
+		mods, err := r.want(pre, false)
+		if err != nil {
 			return err
 		}
+		r.direct[name] = append(r.direct[name], mods...)
 	}
 	for _, dep := range m.info.depends {
-		if err := r.want(dep, true); err != nil {
+		mods, err := r.want(dep, true)
+		if err != nil {
 			return fmt.Errorf("module %s: %w", name, err)
 		}
+		r.direct[name] = append(r.direct[name], mods...)
 	}
 	r.path = r.path[:len(r.path)-1]
 	r.state[name] = visited
 	plain, _ := splitModuleFile(r.tree.files[name])
 	r.out.Order = append(r.out.Order, Module{Name: name, Path: plain, Image: m.image})
 	for _, post := range m.info.post {
-		if err := r.want(post, false); err != nil {
+		if _, err := r.want(post, false); err != nil {
 			return err
 		}
 	}

@@ -44,7 +44,7 @@ func names(mods []Module) []string {
 
 func TestResolveModulesOrder(t *testing.T) {
 	dir, crcImage := fakeTree(t)
-	got, err := ResolveModules(dir, []string{"a", "d", "builtin_one", "balias", "f"})
+	got, err := ResolveModules(dir, []string{"a", "d", "builtin_one", "balias", "f"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestResolveModulesDashesAndAliases(t *testing.T) {
 	dir, _ := fakeTree(t)
 	// A name with dashes finds the module, and an alias finds the module declaring it.
 	for _, name := range []string{"crc-impl", "crc_impl", "crypto-crcalias"} {
-		got, err := ResolveModules(dir, []string{name})
+		got, err := ResolveModules(dir, []string{name}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestResolveModulesBuiltinBeatsAlias(t *testing.T) {
 	// Now the kernel has a built-in crcalias too: a's soft dependency needs no module
 	// (the cloud kernels' built-in crc32c, where generic ones have crc32c_generic.ko).
 	writeFile(t, filepath.Join(dir, "modules.builtin.modinfo"), []byte("builtin_one.alias=crcalias\x00"))
-	got, err := ResolveModules(dir, []string{"a"})
+	got, err := ResolveModules(dir, []string{"a"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,20 +110,61 @@ func TestResolveModulesBuiltinBeatsAlias(t *testing.T) {
 
 func TestResolveModulesErrors(t *testing.T) {
 	dir, _ := fakeTree(t)
-	if _, err := ResolveModules(dir, []string{"nope"}); !errors.Is(err, ErrUnknownModule) {
+	if _, err := ResolveModules(dir, []string{"nope"}, nil); !errors.Is(err, ErrUnknownModule) {
 		t.Errorf("unknown module: err = %v, want ErrUnknownModule", err)
 	}
 	writeModule(t, dir, "kernel/net/g.ko", "name=g", "depends=gone")
-	if _, err := ResolveModules(dir, []string{"g"}); !errors.Is(err, ErrUnknownModule) || !strings.Contains(err.Error(), "module g") {
+	if _, err := ResolveModules(dir, []string{"g"}, nil); !errors.Is(err, ErrUnknownModule) || !strings.Contains(err.Error(), "module g") {
 		t.Errorf("missing hard dependency: err = %v, want ErrUnknownModule naming g", err)
 	}
 	writeModule(t, dir, "kernel/net/x.ko", "name=x", "softdep=pre: y")
 	writeModule(t, dir, "kernel/net/y.ko", "name=y", "depends=x")
-	if _, err := ResolveModules(dir, []string{"x"}); err == nil || !strings.Contains(err.Error(), "cycle: x -> y -> x") {
+	if _, err := ResolveModules(dir, []string{"x"}, nil); err == nil || !strings.Contains(err.Error(), "cycle: x -> y -> x") {
 		t.Errorf("cycle: err = %v, want a cycle x -> y -> x", err)
 	}
 	writeModule(t, dir, "kernel/other/c.ko.xz", "name=c")
-	if _, err := ResolveModules(dir, []string{"c"}); err == nil || !strings.Contains(err.Error(), "both") {
+	if _, err := ResolveModules(dir, []string{"c"}, nil); err == nil || !strings.Contains(err.Error(), "both") {
 		t.Errorf("two files for one module: err = %v", err)
+	}
+}
+
+func TestResolveModulesDrivers(t *testing.T) {
+	dir, _ := fakeTree(t)
+	// nic needs b (already loaded at every boot through a) and mdio, which only it needs;
+	// disk needs nothing; both declare device aliases.
+	writeModule(t, dir, "kernel/drivers/nic.ko", "name=nic", "depends=b,mdio", "alias=pci:v00008086d000010D3sv*sd*bc*sc*i*", "alias=pci:v00008086d000010D4sv*sd*bc*sc*i*")
+	writeModule(t, dir, "kernel/drivers/mdio.ko", "name=mdio")
+	writeModule(t, dir, "kernel/drivers/disk.ko", "name=disk", "alias=virtio:d00000002v*")
+	got, err := ResolveModules(dir, []string{"a"}, []string{"nic", "disk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"crc_impl", "c", "b", "a"}; !slices.Equal(names(got.Order), want) {
+		t.Errorf("order = %v, want %v", names(got.Order), want)
+	}
+	if want := []string{"mdio", "nic", "disk"}; !slices.Equal(names(got.Drivers), want) {
+		t.Errorf("drivers = %v, want %v", names(got.Drivers), want)
+	}
+	for name, want := range map[string][]string{
+		"nic": {"c", "b", "mdio"}, "disk": {}, "a": {"crc_impl", "c", "b"}, "b": {"c"}, "mdio": {},
+	} {
+		if !slices.Equal(got.Deps[name], want) {
+			t.Errorf("deps of %s = %v, want %v", name, got.Deps[name], want)
+		}
+	}
+	want := []Alias{
+		{"pci:v00008086d000010D3sv*sd*bc*sc*i*", "nic"}, {"pci:v00008086d000010D4sv*sd*bc*sc*i*", "nic"},
+		{"virtio:d00000002v*", "disk"},
+	}
+	if !slices.Equal(got.Aliases, want) {
+		t.Errorf("aliases = %v, want %v", got.Aliases, want)
+	}
+
+	// A driver without aliases could only load at every boot: the board file is wrong.
+	if _, err := ResolveModules(dir, nil, []string{"mdio"}); err == nil || !strings.Contains(err.Error(), "driver mdio: module mdio declares no device aliases") {
+		t.Errorf("driver without aliases: err = %v", err)
+	}
+	if _, err := ResolveModules(dir, nil, []string{"nope"}); !errors.Is(err, ErrUnknownModule) || !strings.Contains(err.Error(), "driver nope") {
+		t.Errorf("unknown driver: err = %v", err)
 	}
 }

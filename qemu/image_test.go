@@ -40,10 +40,11 @@ var (
 	oneShotLog    = regexp.MustCompile(`one-shot armed: "(.*)"`)
 )
 
-// TestDiskImage builds the real firmware of each QEMU board with a test update key, a
-// bundle of it signed with that key and disk images from the bundle (firmware/image), and
-// boots them through the board's UEFI firmware (OVMF on x86_64, AAVMF on arm64), side by
-// side:
+// TestDiskImage builds the real firmware of every board with a test update key, a bundle
+// of it signed with that key and disk images from the bundle (firmware/image), and boots
+// them through the board's UEFI firmware (OVMF on x86_64, AAVMF on arm64), side by side,
+// from the board's kind of disk: virtio on the qemu-* boards, an NVMe SSD on pc-x86_64, a
+// USB stick on generic-arm64, whose drivers PID 1 loads for the devices it finds:
 //
 //   - slot-a: a gateway's first image (slot A, slot B empty). The partition table is what
 //     sfdisk reads, the ESP and the data partition hold what the layout says; systemd-boot
@@ -57,7 +58,7 @@ var (
 //     boot in the entry's name (edgegate-b+0-1.conf), and after the panic boots A by itself
 //     in the same QEMU run, with the variable gone.
 func TestDiskImage(t *testing.T) {
-	eachBoard(t, firmwareBoards, func(tb testing.TB, b board.Board) {
+	eachBoard(t, board.Names(), func(tb testing.TB, b board.Board) {
 		RequireUEFI(tb, b)
 		RequireTools(tb, append(slices.Clone(image.Tools),
 			image.Tool{Command: "sfdisk", Package: "fdisk"}, image.Tool{Command: "dumpe2fs", Package: "e2fsprogs"},
@@ -305,8 +306,14 @@ func (d *diskTest) waitForFirmware(t *testing.T, vm *VM) firmwareBoot {
 	if n, _ := strconv.Atoi(m[1]); n != len(d.fw.Info.Modules.LoadOrder) || m[2] != "0" {
 		t.Errorf("%q: want n=%d failed=0 (under UEFI every module finds its device)", r.loaded.Text, len(d.fw.Info.Modules.LoadOrder))
 	}
+	drivers := strings.Split(strings.TrimPrefix(waitFor(t, vm, "EDGEGATE-DRIVERS").Text, "EDGEGATE-DRIVERS "), ",")
+	for _, want := range expectedDrivers(d.board) {
+		if !slices.Contains(drivers, want) {
+			t.Errorf("drivers loaded for the devices present %v, want %s among them", drivers, want)
+		}
+	}
 	r.data = waitFor(t, vm, "EDGEGATE-DATA")
-	if want := "EDGEGATE-DATA /dev/vda2 /var/lib/edgegate"; r.data.Text != want {
+	if want := "EDGEGATE-DATA " + PartitionNode(d.board, 0, 2) + " /var/lib/edgegate"; r.data.Text != want {
 		t.Errorf("%q, want %q", r.data.Text, want)
 	}
 	r.ready = waitFor(t, vm, "EDGEGATE-READY")
@@ -336,6 +343,18 @@ func (d *diskTest) waitForFirmware(t *testing.T, vm *VM) firmwareBoot {
 	}
 	r.poweroff = waitFor(t, vm, "EDGEGATE-POWEROFF")
 	return r
+}
+
+// expectedDrivers are the drivers PID 1 must load at boot for the devices QEMU gives a
+// board: its disk's controller and its watchdog. (A USB stick's own driver comes later,
+// when the controller has found it.)
+func expectedDrivers(b board.Board) []string {
+	want := map[string][]string{"": {"virtio_pci", "virtio_blk"}, "virtio": {"virtio_pci", "virtio_blk"},
+		"nvme": {"nvme"}, "usb": {"xhci_pci"}}[b.QEMU.Disk]
+	if b.QEMU.Watchdog != "" {
+		want = append(want, b.QEMU.Watchdog)
+	}
+	return want
 }
 
 // checkCleanEnd waits for QEMU's exit after the power-off: exit code 0, and no kernel

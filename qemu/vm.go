@@ -61,9 +61,9 @@ type Options struct {
 	AllowReboot bool
 	// NICs are the guest's network interfaces, eth0 first. None means -nic none.
 	NICs []NIC
-	// Disks are raw disk images attached as virtio block devices, in order (vda, vdb, ...):
-	// a gateway's persistent data partition, for example; each an image file or an NBD
-	// server's socket.
+	// Disks are raw disk images, in order, attached as the board's qemu.disk says (virtio
+	// block devices vda, vdb, ... by default; NVMe namespaces; USB sticks): a gateway's
+	// persistent data partition, for example; each an image file or an NBD server's socket.
 	Disks []Disk
 	// Timeout bounds the VM's life: when it passes QEMU is killed and every wait fails
 	// with ErrTimeout. Required: a hung guest must fail a test, not stall it.
@@ -177,8 +177,12 @@ func Args(opts Options) ([]string, error) {
 		args = append(args, "-no-reboot")
 	}
 	args = append(args, boot...)
+	if opts.Board.QEMU.Disk == "usb" && len(opts.Disks) > 0 {
+		// USB mass storage hangs off an xHCI controller, as on a board's USB port.
+		args = append(args, "-device", "qemu-xhci,id=xhci")
+	}
 	for i, d := range opts.Disks {
-		diskArgs, err := d.args(i, opts.UEFIVars != "")
+		diskArgs, err := d.args(i, opts.Board.QEMU.Disk, opts.UEFIVars != "")
 		if err != nil {
 			return nil, err
 		}
@@ -206,8 +210,9 @@ func Args(opts Options) ([]string, error) {
 	return args, nil
 }
 
-// args are QEMU's arguments for the ith disk; under UEFI the first disk is the one booted.
-func (d Disk) args(i int, uefi bool) ([]string, error) {
+// args are QEMU's arguments for the ith disk, attached as kind says (board.QEMU.Disk:
+// virtio, nvme or usb); under UEFI the first disk is the one booted.
+func (d Disk) args(i int, kind string, uefi bool) ([]string, error) {
 	switch source := d.Path + d.NBD; {
 	case (d.Path == "") == (d.NBD == ""):
 		return nil, fmt.Errorf("qemu: disk %d: set one of Path (%q) and NBD (%q)", i, d.Path, d.NBD)
@@ -215,10 +220,20 @@ func (d Disk) args(i int, uefi bool) ([]string, error) {
 		return nil, fmt.Errorf("qemu: disk %q: the path must hold no comma", source)
 	}
 	id := fmt.Sprintf("disk%d", i)
-	// The virtio disk spelled as a device, which can carry a boot index (the firmware
-	// boots the first disk first, not the machine's empty CD-ROM drive) and the write
-	// cache setting.
-	dev := "virtio-blk-pci,drive=" + id
+	// The disk spelled as a device, which can carry a boot index (the firmware boots the
+	// first disk first, not the machine's empty CD-ROM drive) and the write cache setting.
+	var dev string
+	switch kind {
+	case "", "virtio":
+		dev = "virtio-blk-pci,drive=" + id
+	case "nvme":
+		// An NVMe controller with one namespace; the serial number is required.
+		dev = fmt.Sprintf("nvme,drive=%s,serial=edgegate%d", id, i)
+	case "usb":
+		dev = "usb-storage,bus=xhci.0,drive=" + id
+	default:
+		return nil, fmt.Errorf("qemu: disk %d: unknown kind %q", i, kind)
+	}
 	if uefi && i == 0 {
 		dev += ",bootindex=0"
 	}
@@ -235,10 +250,23 @@ func (d Disk) args(i int, uefi bool) ([]string, error) {
 	if d.ReadOnly {
 		ro = ",readonly=on"
 	}
-	if !uefi {
+	if !uefi && (kind == "" || kind == "virtio") {
 		return []string{"-drive", "file=" + d.Path + ",format=raw,if=virtio" + ro}, nil
 	}
 	return []string{"-drive", "file=" + d.Path + ",format=raw,if=none,id=" + id + ro, "-device", dev}, nil
+}
+
+// PartitionNode is the guest's device node for partition part of the ith disk, as the
+// board's disk kind names it: /dev/vda2, /dev/nvme0n1p2, /dev/sda2.
+func PartitionNode(b board.Board, i, part int) string {
+	letter := string(rune('a' + i))
+	switch b.QEMU.Disk {
+	case "nvme":
+		return fmt.Sprintf("/dev/nvme%dn1p%d", i, part)
+	case "usb":
+		return fmt.Sprintf("/dev/sd%s%d", letter, part)
+	}
+	return fmt.Sprintf("/dev/vd%s%d", letter, part)
 }
 
 // uefiOf checks a UEFI boot's options and returns the board's UEFI firmware.

@@ -167,6 +167,27 @@ func TestDiskArgs(t *testing.T) {
 	}
 }
 
+// TestHardwareDiskArgs: the hardware boards' disks are an NVMe namespace (pc-x86_64) and a
+// USB stick on an xHCI controller (generic-arm64), the first one booted under UEFI.
+func TestHardwareDiskArgs(t *testing.T) {
+	pc, err := board.Load("pc-x86_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argsHold(t, Options{Board: pc, UEFIVars: "/tmp/vars.fd", Disks: []Disk{{Path: "/tmp/disk.img"}, {Path: "/tmp/two.img"}}},
+		"-drive file=/tmp/disk.img,format=raw,if=none,id=disk0 -device nvme,drive=disk0,serial=edgegate0,bootindex=0 "+
+			"-drive file=/tmp/two.img,format=raw,if=none,id=disk1 -device nvme,drive=disk1,serial=edgegate1")
+	arm, err := board.Load("generic-arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argsHold(t, Options{Board: arm, UEFIVars: "/tmp/vars.fd", Disks: []Disk{{Path: "/tmp/disk.img"}}},
+		"-device qemu-xhci,id=xhci -drive file=/tmp/disk.img,format=raw,if=none,id=disk0 -device usb-storage,bus=xhci.0,drive=disk0,bootindex=0")
+	// Booted with -kernel, the disks keep the board's kind.
+	argsHold(t, Options{Board: pc, Disks: []Disk{{Path: "/tmp/data.img"}}},
+		"-drive file=/tmp/data.img,format=raw,if=none,id=disk0 -device nvme,drive=disk0,serial=edgegate0")
+}
+
 func TestNBDDiskArgs(t *testing.T) {
 	b, err := board.Load("qemu-arm64")
 	if err != nil {

@@ -44,6 +44,9 @@ type Cmdline struct {
 	// ModuleParams holds <module>.<param>=<value> entries by module name (dashes as
 	// underscores), what modprobe would pass to finit_module.
 	ModuleParams map[string][]string
+	// KernelNICNames is edgegate.ifnames=kernel: keep the names the kernel gave the NICs
+	// instead of naming them by their place on the bus (see nameNICs).
+	KernelNICNames bool
 	// Problems lists the edgegate.* entries that were ignored, and why.
 	Problems []string
 }
@@ -128,6 +131,14 @@ func ParseCmdline(s string) Cmdline {
 				continue
 			}
 			c.DaemonMemory = n
+		case "edgegate.ifnames":
+			switch value {
+			case "kernel":
+				c.KernelNICNames = true
+			case "bus":
+			default:
+				c.Problems = append(c.Problems, fmt.Sprintf("edgegate.ifnames=%s: want bus or kernel", value))
+			}
 		case "edgegate.daemon.hang":
 			d, err := time.ParseDuration(value)
 			if err != nil || d < time.Second {

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +56,11 @@ type blockDevice struct {
 	// partName is the GPT partition's name (PARTNAME in its uevent); empty for a disk or
 	// an MBR partition.
 	partName string
+	// partN is a partition's number (PARTN); 0 for a disk.
+	partN int
+	// disk is the name of the disk a partition is on (its parent in sysfs), and a disk's
+	// own name.
+	disk string
 }
 
 // blockDevices lists the block devices that have media, in /sys/class/block's order.
@@ -77,7 +84,7 @@ func (m *Machine) blockDevices() ([]blockDevice, error) {
 		if err != nil {
 			continue
 		}
-		d := blockDevice{node: "/dev/" + e.Name()}
+		d := blockDevice{node: "/dev/" + e.Name(), disk: e.Name()}
 		for _, line := range strings.Split(string(uevent), "\n") {
 			k, v, _ := strings.Cut(line, "=")
 			switch k {
@@ -86,6 +93,14 @@ func (m *Machine) blockDevices() ([]blockDevice, error) {
 				d.node = "/dev/" + v
 			case "PARTNAME":
 				d.partName = v
+			case "PARTN":
+				d.partN, _ = strconv.Atoi(v)
+			}
+		}
+		if d.partN > 0 {
+			// /sys/class/block/<part> links to .../<disk>/<part>.
+			if real, err := filepath.EvalSymlinks(path.Join(dir, e.Name())); err == nil {
+				d.disk = filepath.Base(filepath.Dir(real))
 			}
 		}
 		devs = append(devs, d)
@@ -172,7 +187,7 @@ func (m *Machine) lookForData(spec DataSpec) ([]string, error) {
 	}
 	// The partition name first: it is what the disk image sets, and a file system
 	// label can be copied onto a second disk with the file system.
-	return m.matchData(devs, dataName, dataName), nil
+	return m.matchData(m.onBootDiskFirst(devs), dataName, dataName), nil
 }
 
 // findDataPartition returns the data partition's device node, or "" when there is none.

@@ -295,7 +295,7 @@ func TestBlockDevicesSkipsEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]blockDevice{{node: "/dev/cciss/c0d0"}}, devs, cmp.AllowUnexported(blockDevice{})); diff != "" {
+	if diff := cmp.Diff([]blockDevice{{node: "/dev/cciss/c0d0", disk: "cciss!c0d0"}}, devs, cmp.AllowUnexported(blockDevice{})); diff != "" {
 		t.Errorf("blockDevices (-want +got):\n%s", diff)
 	}
 }

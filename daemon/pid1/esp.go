@@ -38,7 +38,7 @@ func (m *Machine) mountESP() {
 		return
 	}
 	var found []string
-	for _, d := range devs {
+	for _, d := range m.onBootDiskFirst(devs) {
 		if d.partName == layout.ESPPartName {
 			found = append(found, d.node)
 		}

@@ -89,6 +89,9 @@ type fakeModules struct {
 	j    *journal
 	root string
 	fail map[string]error // by module file base name
+	// onLoad runs after a module loads, by module file base name: a driver that brings
+	// up a bus adds its devices.
+	onLoad map[string]func()
 }
 
 var _ ModuleLoader = (*fakeModules)(nil)
@@ -104,8 +107,16 @@ func (f *fakeModules) Load(file, params string) error {
 	default:
 		f.j.add("load %s", rel)
 	}
+	if fn := f.onLoad[path.Base(file)]; err == nil && fn != nil {
+		fn()
+	}
 	return err
 }
+
+// fakeUevents is a device event source the test feeds.
+type fakeUevents struct{ events chan Uevent }
+
+func (f *fakeUevents) Listen() (<-chan Uevent, error) { return f.events, nil }
 
 type fakeLinks struct {
 	j    *journal
@@ -138,6 +149,20 @@ func (f *fakeLinks) op(name string) error {
 }
 
 func (f *fakeLinks) SetUp(dev string) error { return f.op("up " + dev) }
+
+func (f *fakeLinks) Rename(dev, name string) error {
+	if err := f.op("rename " + dev + " " + name); err != nil {
+		return err
+	}
+	for i, n := range f.nics {
+		if n == dev {
+			f.nics[i] = name
+		}
+	}
+	return nil
+}
+
+func (f *fakeLinks) AddAltName(dev, name string) error { return f.op("altname " + dev + " " + name) }
 
 func (f *fakeLinks) ReplaceAddress(dev string, a netip.Prefix, lifetime time.Duration) error {
 	if lifetime > 0 {
@@ -282,7 +307,7 @@ func newTestMachine(t *testing.T, files map[string]string) *testMachine {
 	tm := &testMachine{
 		t: t, j: j,
 		mounts:  &fakeMounts{j: j, fail: map[string]error{}},
-		modules: &fakeModules{j: j, root: root, fail: map[string]error{}},
+		modules: &fakeModules{j: j, root: root, fail: map[string]error{}, onLoad: map[string]func(){}},
 		links:   &fakeLinks{j: j, nics: []string{"eth0"}, late: map[string]bool{}, fail: map[string]error{}},
 		dhcp:    &fakeDHCP{j: j},
 		power:   &fakePower{j: j, done: make(chan int, 4)},
@@ -295,14 +320,22 @@ func newTestMachine(t *testing.T, files map[string]string) *testMachine {
 }
 
 // addBlockDevice adds a block device as the kernel shows it: its sysfs entry (uevent and
-// size in sectors) and its devtmpfs node, a file holding the device's first bytes. uevent
-// lines come after the ones every device has, PARTNAME=edgegate-data for example.
+// size in sectors, under its disk's for a partition, linked from /sys/class/block) and its
+// devtmpfs node, a file holding the device's first bytes. uevent lines come after the
+// ones every device has, PARTNAME=edgegate-data for example; a partition (PARTN=) is on
+// the disk its name ends in (vdb1 on vdb, nvme0n1p2 on nvme0n1).
 func (tm *testMachine) addBlockDevice(name string, content []byte, uevent ...string) {
 	tm.t.Helper()
-	sys := filepath.Join(tm.sys.Root, "sys/class/block", name)
+	devices := filepath.Join(tm.sys.Root, "sys/devices/virtual/block")
+	sys := filepath.Join(devices, name)
 	devtype := "disk"
 	if strings.Contains(strings.Join(uevent, "\n"), "PARTN=") {
 		devtype = "partition"
+		disk := strings.TrimRight(name, "0123456789")
+		if strings.HasSuffix(disk, "p") && strings.ContainsAny(disk[len(disk)-2:], "0123456789") {
+			disk = strings.TrimSuffix(disk, "p")
+		}
+		sys = filepath.Join(devices, disk, name)
 	}
 	lines := append([]string{"MAJOR=254", "MINOR=0", "DEVNAME=" + name, "DEVTYPE=" + devtype}, uevent...)
 	for file, c := range map[string]string{
@@ -316,6 +349,13 @@ func (tm *testMachine) addBlockDevice(name string, content []byte, uevent ...str
 		if err := os.WriteFile(file, []byte(c), 0o644); err != nil {
 			tm.t.Fatal(err)
 		}
+	}
+	link := filepath.Join(tm.sys.Root, "sys/class/block", name)
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		tm.t.Fatal(err)
+	}
+	if err := os.Symlink(sys, link); err != nil {
+		tm.t.Fatal(err)
 	}
 }
 

@@ -104,26 +104,20 @@ func (m *Machine) loadModules() ModuleResult {
 		m.log.Warn("reading /proc/modules failed", "err", err)
 		loaded = map[string]bool{}
 	}
+	m.modMu.Lock()
+	defer m.modMu.Unlock()
+	m.loaded = loaded
 	for _, rel := range order {
-		name := moduleName(rel)
-		if loaded[name] {
-			res.Loaded++
-			continue
-		}
-		params := strings.Join(m.cmdline.ModuleParams[name], " ")
-		err := m.sys.Modules.Load(m.path(path.Join(dir, rel)), params)
-		switch {
-		case err == nil, errors.Is(err, unix.EEXIST):
-			loaded[name] = true
+		switch err := m.loadLocked(dir, rel); {
+		case err == nil:
 			res.Loaded++
 		case errors.Is(err, unix.ENODEV):
-			// Not a failure: a board's list names drivers for hardware a given machine
-			// may not have, and the kernel unloads such a module at once.
-			res.Absent = append(res.Absent, name)
-			m.log.Info("module found no device; not loaded", "module", name, "file", rel)
+			// Not a failure: a board's list may name a module for hardware a given
+			// machine lacks (efivarfs without UEFI), and the kernel unloads it at once.
+			res.Absent = append(res.Absent, moduleName(rel))
 		default:
-			res.Failed = append(res.Failed, name)
-			m.log.Error("module failed to load", "module", name, "file", rel, "err", err)
+			// Logged by name; the rest still load.
+			res.Failed = append(res.Failed, moduleName(rel))
 		}
 	}
 	m.log.Info("modules loaded", "loaded", res.Loaded, "failed", len(res.Failed), "absent", len(res.Absent), "took", since(start))

@@ -153,3 +153,29 @@ func (n *netlinkLinks) ReplaceDefaultRoute(dev string, gw netip.Addr) error {
 	}
 	return nil
 }
+
+func (n *netlinkLinks) Rename(dev, name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h, l, err := n.link(dev)
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetName(l, name); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", dev, name, err)
+	}
+	return nil
+}
+
+func (n *netlinkLinks) AddAltName(dev, name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h, l, err := n.link(dev)
+	if err != nil {
+		return err
+	}
+	if err := h.LinkAddAltName(l, name); err != nil {
+		return fmt.Errorf("alternative name %s for %s: %w", name, dev, err)
+	}
+	return nil
+}

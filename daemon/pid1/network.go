@@ -27,6 +27,11 @@ type LinkConfigurator interface {
 	ReplaceAddress(dev string, addr netip.Prefix, lifetime time.Duration) error
 	// ReplaceDefaultRoute points the default route of gw's family at gw through dev.
 	ReplaceDefaultRoute(dev string, gw netip.Addr) error
+	// Rename renames a device that is down.
+	Rename(dev, name string) error
+	// AddAltName gives a device an alternative name, which netlink and ip(8) accept
+	// wherever a device's name goes.
+	AddAltName(dev, name string) error
 }
 
 // networkFile is the static network configuration, kept apart from config.yaml because

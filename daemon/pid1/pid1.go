@@ -38,9 +38,12 @@ type System struct {
 	KernelRelease string
 	Mounts        Mounter
 	Modules       ModuleLoader
-	Links         LinkConfigurator
-	DHCP          DHCPClient
-	Power         Rebooter
+	// Uevents delivers device events, for the drivers of devices that appear after boot;
+	// nil: drivers load for the devices present at boot only.
+	Uevents UeventSource
+	Links   LinkConfigurator
+	DHCP    DHCPClient
+	Power   Rebooter
 	// Spawn starts the daemon's process.
 	Spawn SpawnFunc
 }
@@ -62,7 +65,7 @@ func KernelSystem() System {
 	}
 	return System{
 		Root: "/", Console: os.Stdout, KernelRelease: release,
-		Mounts: kernelMounts{}, Modules: kernelModules{}, Links: &netlinkLinks{},
+		Mounts: kernelMounts{}, Modules: kernelModules{}, Uevents: netlinkUevents{}, Links: &netlinkLinks{},
 		DHCP: nclient4DHCP{}, Power: kernelPower{}, Spawn: spawnSelf(slog.Default()),
 	}
 }
@@ -78,6 +81,7 @@ type timing struct {
 	shutdownGrace time.Duration // for components to stop before the power goes
 	readyWait     time.Duration // for EDGEGATE-READY before a test image's test runs anyway
 	dataWait      time.Duration // for a data partition the kernel command line names
+	bootDiskWait  time.Duration // for the disk the boot loader booted from
 }
 
 type action int
@@ -103,11 +107,18 @@ type Machine struct {
 	cmdline   Cmdline
 	mounted   []Mount
 	tokenFile string // where writeToken put edgegate.token; empty without one
-	espDev    string // the mounted EFI system partition's device; empty without one
-	espMu     sync.Mutex
-	netMu     sync.Mutex
-	netPlan   []IPConfig      // what configureNetwork was asked to bring up
-	netUp     map[string]bool // which of netPlan is up, by IPConfig.String
+	bootDisk  string // the disk the boot loader booted from (findBootDisk); empty: unknown
+	// modMu guards the kernel modules' state: the boot's loading and the device event
+	// goroutine's.
+	modMu   sync.Mutex
+	loaded  map[string]bool // modules loaded, by name
+	drivers *driverIndex    // the image's device drivers; nil without an index
+	handled map[string]bool // modaliases whose drivers were looked up
+	espDev  string          // the mounted EFI system partition's device; empty without one
+	espMu   sync.Mutex
+	netMu   sync.Mutex
+	netPlan []IPConfig      // what configureNetwork was asked to bring up
+	netUp   map[string]bool // which of netPlan is up, by IPConfig.String
 	// skipDataConfig: the data partition's config.yaml was refused; the image's is used.
 	skipDataConfig bool
 	leases         []*leaseKeeper
@@ -234,8 +245,10 @@ func Boot(sys System) (*Machine, error) {
 		ready:        make(chan struct{}),
 		synced:       make(chan struct{}),
 		requests:     make(chan action, 1),
-		timing:       timing{dhcpRetry: time.Minute, shutdownGrace: 10 * time.Second, readyWait: readyWait, dataWait: dataWait},
+		timing:       timing{dhcpRetry: time.Minute, shutdownGrace: 10 * time.Second, readyWait: readyWait, dataWait: dataWait, bootDiskWait: bootDiskWait},
 		stopWatchdog: func() {},
+		loaded:       map[string]bool{},
+		handled:      map[string]bool{},
 	}
 	m.log = slog.New(m.console.handler(&m.level))
 	m.supervisor = &Supervisor{Log: m.log}
@@ -262,17 +275,21 @@ func Boot(sys System) (*Machine, error) {
 
 	mods := m.loadModules()
 	m.console.marker("EDGEGATE-MODULES-LOADED n=%d failed=%d", mods.Loaded, len(mods.Failed))
-	// After the modules: the watchdog's driver (softdog, i6300esb, iTCO_wdt) is one.
+	m.startDrivers()
+	// After the modules and drivers: the watchdog's (softdog, i6300esb, iTCO_wdt) is one.
 	wctx, cancel := context.WithCancel(context.Background())
 	m.stopWatchdog = cancel
 	m.startWatchdog(wctx)
 	// None of these is essential, so mountAll returns no error.
 	more, _ := m.mountAll(moduleMountTable)
 	m.mounted = append(m.mounted, more...)
-	// After the modules: the disk's driver (virtio_blk) and, on generic kernels, ext4.
+	// After the modules: the disk's driver (virtio_blk, nvme, usb_storage) and, on generic
+	// kernels, ext4; after efivarfs: the boot loader's partition.
+	m.findBootDisk()
 	m.mountData()
 	m.mountESP()
 
+	m.nameNICs()
 	m.configureNetwork(context.Background())
 	m.log.Info("boot done", "kernel", sys.KernelRelease, "took", since(start))
 	return m, nil

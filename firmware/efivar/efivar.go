@@ -29,6 +29,9 @@ const (
 	LoaderInfo = "LoaderInfo"
 	// LoaderEntrySelected is the id of the entry the boot loader booted.
 	LoaderEntrySelected = "LoaderEntrySelected"
+	// LoaderDevicePartUUID is the GPT unique GUID of the partition the boot loader was
+	// loaded from: the disk the firmware booted from.
+	LoaderDevicePartUUID = "LoaderDevicePartUUID"
 	// LoaderEntryOneShot is an entry id, or a glob of ids, that systemd-boot boots at the
 	// next boot only: it removes the variable before it boots the entry.
 	LoaderEntryOneShot = "LoaderEntryOneShot"

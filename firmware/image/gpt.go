@@ -312,8 +312,29 @@ func ReadTable(r io.ReaderAt, size int64) (Table, error) {
 		return Table{}, fmt.Errorf("last usable LBA %d, want %d for a disk of %d sectors: %w", got, want, t.Sectors, ErrNoGPT)
 	}
 	t.DiskGUID = decodeGUID(primary[56:72])
+	t.Partitions = parseEntries(pEntries)
+	if err := t.validate(); err != nil {
+		return Table{}, fmt.Errorf("%w: %w", err, ErrNoGPT)
+	}
+	return t, nil
+}
+
+// ReadPrimaryTable reads the primary GPT alone, checked by its CRC32s: what the kernel
+// reads on a disk the image was copied onto, whose backup GPT is where the image ended,
+// not at the end of the disk. Sectors is left 0: the disk's size is not read.
+func ReadPrimaryTable(r io.ReaderAt) (Table, error) {
+	h, entries, err := readHeader(r, 1, anyLBA)
+	if err != nil {
+		return Table{}, err
+	}
+	return Table{DiskGUID: decodeGUID(h[56:72]), Partitions: parseEntries(entries)}, nil
+}
+
+// parseEntries returns the used entries of a partition entry array.
+func parseEntries(entries []byte) []Partition {
+	var parts []Partition
 	for i := range gptEntries {
-		e := pEntries[i*gptEntrySize:][:gptEntrySize]
+		e := entries[i*gptEntrySize:][:gptEntrySize]
 		typ := decodeGUID(e[0:16])
 		if typ == (GUID{}) {
 			continue
@@ -326,19 +347,19 @@ func ReadTable(r io.ReaderAt, size int64) (Table, error) {
 			}
 			units = append(units, u)
 		}
-		t.Partitions = append(t.Partitions, Partition{
+		parts = append(parts, Partition{
 			Number: i + 1, Type: typ, GUID: decodeGUID(e[16:32]), Name: string(utf16.Decode(units)),
 			FirstLBA: binary.LittleEndian.Uint64(e[32:]), LastLBA: binary.LittleEndian.Uint64(e[40:]),
 		})
 	}
-	if err := t.validate(); err != nil {
-		return Table{}, fmt.Errorf("%w: %w", err, ErrNoGPT)
-	}
-	return t, nil
+	return parts
 }
 
-// readHeader reads and checks the header at lba, which must point at alternate, and
-// returns it with its entry array.
+// anyLBA, as readHeader's alternate, accepts the alternate the header names.
+const anyLBA = ^uint64(0)
+
+// readHeader reads and checks the header at lba, which must point at alternate (unless
+// that is anyLBA), and returns it with its entry array.
 func readHeader(r io.ReaderAt, lba, alternate uint64) (header, entries []byte, err error) {
 	which := "primary"
 	if lba != 1 {
@@ -363,7 +384,7 @@ func readHeader(r io.ReaderAt, lba, alternate uint64) (header, entries []byte, e
 	if got := crc32.ChecksumIEEE(check); got != sum {
 		return nil, nil, bad("header CRC32 %08x, computed %08x", sum, got)
 	}
-	if my, alt := binary.LittleEndian.Uint64(h[24:]), binary.LittleEndian.Uint64(h[32:]); my != lba || alt != alternate {
+	if my, alt := binary.LittleEndian.Uint64(h[24:]), binary.LittleEndian.Uint64(h[32:]); my != lba || (alternate != anyLBA && alt != alternate) {
 		return nil, nil, bad("says it is at LBA %d with its alternate at %d, want %d and %d", my, alt, lba, alternate)
 	}
 	if n, size := binary.LittleEndian.Uint32(h[80:]), binary.LittleEndian.Uint32(h[84:]); n != gptEntries || size != gptEntrySize {

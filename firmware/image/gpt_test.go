@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -226,3 +227,29 @@ func TestWriteTableRefusesBadTables(t *testing.T) {
 type writerAt struct{ b *bytes.Buffer }
 
 func (w writerAt) WriteAt(p []byte, _ int64) (int, error) { return w.b.Write(p) }
+
+// TestReadPrimaryTableOnALargerDisk: an image copied onto a larger disk keeps its backup
+// GPT where the image ended; ReadTable refuses that disk, ReadPrimaryTable reads its
+// partitions, and still checks the primary's CRC32s.
+func TestReadPrimaryTableOnALargerDisk(t *testing.T) {
+	tb := smallTable(t)
+	raw, err := os.ReadFile(writeTestDisk(t, tb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := append(raw, make([]byte, 1<<20)...)
+	if _, err := ReadTable(bytes.NewReader(disk), int64(len(disk))); !errors.Is(err, ErrNoGPT) {
+		t.Fatalf("ReadTable of the larger disk = %v, want ErrNoGPT", err)
+	}
+	got, err := ReadPrimaryTable(bytes.NewReader(disk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DiskGUID != tb.DiskGUID || !slices.Equal(got.Partitions, tb.Partitions) {
+		t.Errorf("ReadPrimaryTable = %+v, wrote %+v", got, tb)
+	}
+	disk[2*SectorSize+56]++ // the first entry's name
+	if _, err := ReadPrimaryTable(bytes.NewReader(disk)); !errors.Is(err, ErrNoGPT) {
+		t.Errorf("ReadPrimaryTable with damaged entries = %v, want ErrNoGPT", err)
+	}
+}

@@ -152,22 +152,58 @@ func TestUpdateKeys(t *testing.T) {
 // TestPartitions: the kernel found the image's GPT (partition names as PARTNAME) and PID 1
 // mounted the data partition, the second one, on the daemon's state directory.
 func TestPartitions(t *testing.T) {
-	for dev, want := range map[string]string{"vda1": layout.ESPPartName, "vda2": layout.DataPartName} {
-		raw, err := os.ReadFile(filepath.Join("/sys/class/block", dev, "uevent"))
+	// The image's disk is vda, nvme0n1 or sda, as the board attaches it: partitions 1 and
+	// 2 of the disk that holds the ESP.
+	parts := map[string]map[string]string{} // disk -> PARTN -> partition
+	names := map[string]string{}            // partition -> PARTNAME
+	entries, err := os.ReadDir("/sys/class/block")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join("/sys/class/block", e.Name(), "uevent"))
 		if err != nil {
-			t.Errorf("%s: %v", dev, err)
 			continue
 		}
-		if !strings.Contains(string(raw), "\nPARTNAME="+want+"\n") {
-			t.Errorf("%s: uevent %q lacks PARTNAME=%s", dev, raw, want)
+		var partN string
+		for _, line := range strings.Split(string(raw), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			switch k {
+			case "PARTN":
+				partN = v
+			case "PARTNAME":
+				names[e.Name()] = v
+			}
+		}
+		if partN == "" {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk := filepath.Base(filepath.Dir(real))
+		if parts[disk] == nil {
+			parts[disk] = map[string]string{}
+		}
+		parts[disk][partN] = e.Name()
+	}
+	var esp, data string
+	for _, p := range parts {
+		if names[p["1"]] == layout.ESPPartName {
+			esp, data = p["1"], p["2"]
 		}
 	}
+	if esp == "" || names[data] != layout.DataPartName {
+		t.Fatalf("no disk with partition 1 named %s and 2 named %s: %v, names %v", layout.ESPPartName, layout.DataPartName, parts, names)
+	}
+	t.Logf("image disk partitions %s and %s", esp, data)
 	mnt, err := mountInfo(dataMountpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mnt.source != "/dev/vda2" {
-		t.Errorf("%s is mounted from %s, want /dev/vda2", dataMountpoint, mnt.source)
+	if mnt.source != "/dev/"+data {
+		t.Errorf("%s is mounted from %s, want /dev/%s", dataMountpoint, mnt.source, data)
 	}
 }
 
