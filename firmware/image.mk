@@ -8,6 +8,11 @@
 #                                  systemd-boot-efi version, the bundle's manifest), and
 #                                  the layout is printed
 #   make deps-image                the tools it runs (Debian packages)
+#   make provision PROVISION="-api-server https://10.0.0.1:6443 -token-file token -ca-file ca.crt"
+#                                  writes a gateway's identity and configuration into the
+#                                  data partition of DISK (default: the board's disk.img; a
+#                                  block device the image was written to works too), checked
+#                                  with the daemon's own parsers first (egprovision -h)
 #
 # image builds the firmware and its bundle for the board first, with the key pair in
 # out/keys (made when missing, kept when present): the firmware trusts that key, the bundle
@@ -21,7 +26,9 @@ IMAGE_DIR   = out/firmware/$(BOARD)
 IMAGE       = $(IMAGE_DIR)/disk.img
 DEBIAN_CACHE := out/debian
 
-.PHONY: image deps-image
+DISK        ?= $(IMAGE)
+
+.PHONY: image deps-image provision $(BIN)/egprovision
 
 image: deps-image keys
 	$(MAKE) --no-print-directory firmware BOARD=$(BOARD) VERSION=$(VERSION)
@@ -30,4 +37,10 @@ image: deps-image keys
 		-cache $(DEBIAN_CACHE) -out $(IMAGE)
 
 deps-image:
-	@hack/deps.sh dosfstools:mkfs.vfat mtools:mcopy e2fsprogs:mke2fs
+	@hack/deps.sh dosfstools:mkfs.vfat mtools:mcopy e2fsprogs:mke2fs e2fsprogs:debugfs
+
+$(BIN)/egprovision:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -o $@ ./firmware/cmd/egprovision
+
+provision: deps-image $(BIN)/egprovision
+	$(BIN)/egprovision -disk $(DISK) $(PROVISION)

@@ -26,17 +26,11 @@ func imageDisk(t *testing.T, esp image.GUID) []byte {
 				Name: dataName, FirstLBA: 4096, LastLBA: 8000},
 		},
 	}
-	f, err := os.Create(filepath.Join(t.TempDir(), "disk"))
+	f, err := image.CreateDisk(filepath.Join(t.TempDir(), "disk"), tb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if err := f.Truncate(int64(tb.Sectors) * image.SectorSize); err != nil {
-		t.Fatal(err)
-	}
-	if err := image.WriteTable(f, tb); err != nil {
-		t.Fatal(err)
-	}
+	f.Close()
 	b, err := os.ReadFile(f.Name())
 	if err != nil {
 		t.Fatal(err)

@@ -419,20 +419,31 @@ func makeData(ctx context.Context, file string, size int64, dir string) error {
 	return nil
 }
 
+// CreateDisk creates file, which must not exist, as a sparse disk of t.Sectors sectors
+// holding the partition table t and nothing else, and returns it open for writing.
+func CreateDisk(file string, t Table) (*os.File, error) {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	if err := f.Truncate(int64(t.Sectors) * SectorSize); err == nil {
+		err = WriteTable(f, t)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	return f, nil
+}
+
 // writeDisk writes the partition table and each partition's file system image (by
 // partition number) into a new sparse disk image.
 func writeDisk(file string, t Table, images map[int]string) error {
-	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := CreateDisk(file, t)
 	if err != nil {
-		return fmt.Errorf("image: %w", err)
+		return err
 	}
 	defer f.Close()
-	if err := f.Truncate(int64(t.Sectors) * SectorSize); err != nil {
-		return fmt.Errorf("image: %w", err)
-	}
-	if err := WriteTable(f, t); err != nil {
-		return fmt.Errorf("image: %w", err)
-	}
 	for _, p := range t.Partitions {
 		if err := copySparse(f, p, images[p.Number]); err != nil {
 			return fmt.Errorf("image: partition %d (%s): %w", p.Number, p.Name, err)
