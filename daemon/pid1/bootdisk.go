@@ -52,10 +52,13 @@ func (m *Machine) findBootDisk() {
 			}
 			t, ok := tables[d.disk]
 			if !ok {
+				// A table that cannot be read yet (a disk still settling) is read again at
+				// the next look; one that was read is kept.
 				if t, err = m.readPartitionTable(d.disk); err != nil {
 					m.log.Debug("reading a partition table failed", "disk", d.disk, "err", err)
+				} else {
+					tables[d.disk] = t
 				}
-				tables[d.disk] = t
 			}
 			for _, p := range t.Partitions {
 				if p.Number == d.partN && p.GUID == want {
