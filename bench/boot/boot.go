@@ -42,7 +42,9 @@ import (
 
 // Options describe a run.
 type Options struct {
-	// Boards to boot, in order (default qemu-x86_64, qemu-arm64).
+	// Boards to boot, in order (default every board: the qemu-* boards on their cloud
+	// kernels and virtio, the hardware boards on their generic kernels with the NIC and
+	// watchdog QEMU gives them, e1000e and i6300esb).
 	Boards []string
 	// Services baked into the firmware (default 1000, two endpoints each).
 	Services int
@@ -93,6 +95,7 @@ const (
 	PhaseKernel    = "kernel start"     // the kernel's clock zero, from its log and READY
 	PhasePID1      = "PID 1 start"      // EDGEGATE-BOOT-START
 	PhaseModules   = "modules loaded"   // EDGEGATE-MODULES-LOADED
+	PhaseDrivers   = "drivers loaded"   // EDGEGATE-DRIVERS: the devices' drivers, found on the buses
 	PhaseNetwork   = "network up"       // EDGEGATE-NET-UP
 	PhaseManifests = "manifests loaded" // the daemon read the Services
 	PhaseRules     = "rules programmed" // EDGEGATE-READY
@@ -112,7 +115,7 @@ const KmsgMarker = "EGBENCH-KMSG "
 // results before it are returned with the error.
 func Run(ctx context.Context, o Options) ([]Result, error) {
 	if len(o.Boards) == 0 {
-		o.Boards = []string{"qemu-x86_64", "qemu-arm64"}
+		o.Boards = board.Names()
 	}
 	if o.Services == 0 {
 		o.Services = 1000
@@ -210,7 +213,7 @@ func bootOnce(ctx context.Context, o Options, b board.Board, kernel, initramfs s
 	// until PID 1's first line. Each marker has the time its own bytes arrived.
 	markers := []struct{ text, phase string }{
 		{"SeaBIOS", PhaseFirmware}, {"Booting from ROM", PhaseKernelROM}, {"EDGEGATE-BOOT-START", PhasePID1},
-		{"EDGEGATE-MODULES-LOADED", PhaseModules}, {"EDGEGATE-NET-UP ", PhaseNetwork},
+		{"EDGEGATE-MODULES-LOADED", PhaseModules}, {"EDGEGATE-DRIVERS", PhaseDrivers}, {"EDGEGATE-NET-UP ", PhaseNetwork},
 	}
 	for _, l := range vm.Lines()[:ready.N] {
 		for _, m := range markers {
@@ -311,7 +314,7 @@ func (r Result) String() string {
 }
 
 // Columns are the phases in boot order, for tables of Results.
-var Columns = []string{PhaseFirmware, PhaseKernelROM, PhaseKernel, PhasePID1, PhaseModules,
+var Columns = []string{PhaseFirmware, PhaseKernelROM, PhaseKernel, PhasePID1, PhaseModules, PhaseDrivers,
 	PhaseNetwork, PhaseManifests, PhaseRules}
 
 // At is when the boot reached the named phase, since QEMU's start; false if it did not

@@ -1,8 +1,8 @@
 // Command boot runs the boot benchmark alone (package boot) and prints its table: for each
-// QEMU board, the time from QEMU's start to each point of the boot, the last being the
+// board, the time from QEMU's start to each point of the boot, the last being the
 // rules programmed. Root only when QEMU must be installed.
 //
-//	cd bench && go run ./cmd/boot [-boards qemu-x86_64,qemu-arm64] [-services 1000] [-runs 1]
+//	cd bench && go run ./cmd/boot [-boards generic-arm64,pc-x86_64,qemu-arm64,qemu-x86_64] [-services 1000] [-runs 1]
 package main
 
 import (
@@ -18,10 +18,11 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/bench/boot"
+	"github.com/edgegate/edgegate/board"
 )
 
 func main() {
-	boards := flag.String("boards", "qemu-x86_64,qemu-arm64", "boards, comma-separated")
+	boards := flag.String("boards", strings.Join(board.Names(), ","), "boards, comma-separated")
 	services := flag.Int("services", 1000, "Services baked into the firmware")
 	mode := flag.String("mode", "nftables", "the daemon's proxy mode")
 	runs := flag.Int("runs", 1, "boots per board")
