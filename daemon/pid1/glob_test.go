@@ -63,12 +63,14 @@ func FuzzGlobMatch(f *testing.F) {
 	f.Add("[a-c]*?x", "bbqx")
 	f.Add("*a*a*a*", "aaxaax")
 	f.Fuzz(func(t *testing.T, pattern, s string) {
+		// Inputs outside the rules both share are no comparison, not a missing
+		// prerequisite: they pass without a check.
 		if strings.ContainsAny(pattern+s, `/\`) || !ascii(pattern+s) || strings.Contains(pattern, "[!") {
-			t.Skip()
+			return
 		}
 		want, err := path.Match(pattern, s)
 		if err != nil {
-			t.Skip()
+			return
 		}
 		if got := globMatch(pattern, s); got != want {
 			t.Fatalf("globMatch(%q, %q) = %v, path.Match says %v", pattern, s, got, want)
