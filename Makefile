@@ -53,12 +53,21 @@ deps-test: deps
 
 DEMO_ENV = EDGEGATE=$(abspath $(BIN)/edgegate) LABHOST=$(abspath $(BIN)/labhost) EGDEMO=$(abspath $(BIN)/egdemo)
 
-# The gateway is the qemu-x86_64 firmware booted under QEMU; demo-netns runs the same
-# edgegate binary as a plain daemon in a namespace instead (no QEMU, no kernel download).
-demo: deps deps-qemu build cluster-binaries
-	$(MAKE) --no-print-directory firmware BOARD=qemu-x86_64
-	$(DEMO_ENV) GATEWAY=firmware KERNEL=$(abspath out/firmware/qemu-x86_64/vmlinuz) \
-		INITRAMFS=$(abspath out/firmware/qemu-x86_64/initramfs.cpio.gz) bash lab/demo.sh
+# The gateway is the qemu-x86_64 disk image (make image) booted under QEMU through UEFI,
+# provisioned with egprovision; its live update is a release of this same tree stamped as the
+# next patch version (v1.2.3[-N-gHASH] -> v1.2.4-demo), built and signed into out/demo.
+# demo-netns runs the same edgegate binary as a plain daemon in a namespace instead (no QEMU,
+# no kernel download, no update).
+DEMO_DIR            := out/demo
+DEMO_UPDATE_VERSION  = $(shell echo '$(VERSION)' | awk -F'[v.-]' '{printf "v%d.%d.%d-demo", $$2, $$3, $$4 + 1}')
+demo: deps deps-qemu build cluster-binaries $(BIN)/egprovision
+	@echo "demo: building the gateway's disk image (make image BOARD=qemu-x86_64, version $(VERSION))"
+	@$(MAKE) --no-print-directory image BOARD=qemu-x86_64 VERSION=$(VERSION)
+	@echo "demo: building the live update (version $(DEMO_UPDATE_VERSION)) into $(DEMO_DIR)"
+	@$(MAKE) --no-print-directory firmware bundle BOARD=qemu-x86_64 VERSION=$(DEMO_UPDATE_VERSION) \
+		FIRMWARE_DIR=$(DEMO_DIR) BUNDLE_DIR=$(DEMO_DIR) FIRMWARE_INIT=$(DEMO_DIR)/init
+	$(DEMO_ENV) GATEWAY=firmware EGPROVISION=$(abspath $(BIN)/egprovision) DISK=$(abspath out/firmware/qemu-x86_64/disk.img) \
+		UPDATE=$(abspath $(DEMO_DIR)/edgegate-qemu-x86_64-$(DEMO_UPDATE_VERSION).bundle) bash lab/demo.sh
 
 demo-netns: deps build cluster-binaries
 	$(DEMO_ENV) GATEWAY=netns bash lab/demo.sh

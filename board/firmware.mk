@@ -69,7 +69,12 @@ deps-qemu: deps-image
 # staged update is activated later (about 9.5 min for all three chains). TestFleetRollout
 # (qemu/fleet_test.go) joins three qemu-x86_64 gateways to a real kube-apiserver (the
 # cluster tier's build) and rolls FirmwareRollouts out, one gateway's daemon panicking in its
-# slot Lease's renewer on the way (about 5 min). Under CI=true a
+# slot Lease's renewer on the way (about 5 min). TestHardwareGateway (qemu/hardware_test.go)
+# brings up a pc-x86_64 and a generic-arm64 gateway from their disk images provisioned by
+# egprovision, booted from NVMe and USB with four e1000e NICs on a lab's taps: joined to a real
+# kube-apiserver, the traffic matrix's ClusterIP, NodePort and LoadBalancer rows, an update
+# committed and a panicking release rolled back (about 3 min each). TestDemo runs `make demo`
+# itself, its live update included (about 1 min warm). Under CI=true a
 # missing QEMU, UEFI firmware, tool or kernel fails, never skips.
 test-firmware: deps-qemu
 	@hack/require-root.sh

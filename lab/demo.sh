@@ -3,12 +3,16 @@
 # traffic, inside throwaway network namespaces. It builds nothing:
 #
 #   EDGEGATE=bin/edgegate LABHOST=bin/labhost EGDEMO=bin/egdemo lab/demo.sh            (as root)
-#   ... GATEWAY=firmware KERNEL=out/firmware/qemu-x86_64/vmlinuz \
-#       INITRAMFS=out/firmware/qemu-x86_64/initramfs.cpio.gz lab/demo.sh
+#   ... GATEWAY=firmware EGPROVISION=bin/egprovision DISK=out/firmware/qemu-x86_64/disk.img \
+#       UPDATE=out/demo/edgegate-qemu-x86_64-v0.0.1-demo.bundle lab/demo.sh
 #
 # GATEWAY=netns runs the edgegate binary in a namespace of its own; GATEWAY=firmware boots
-# the qemu-x86_64 firmware under QEMU as the gateway, its two NICs on taps inside the lab's
-# switch namespace. The lab (the address plan of package lab and of the embedded demo):
+# a copy of the qemu-x86_64 disk image (make image's) under QEMU through UEFI as the gateway,
+# its two NICs on taps inside the lab's switch namespace, after egprovision has written the
+# gateway's identity into its data partition; once the traffic is shown it updates the
+# gateway live with the UPDATE bundle through the dashboard's API and shows the trial boot,
+# the commit and the update history. The lab (the address plan of package lab and of the
+# embedded demo):
 #
 #   client     10.200.1.2    ─┐
 #                             ├─ gateway 10.200.1.1 (node IP) │ 10.200.2.1 ─┬─ backend-1..3 10.200.2.11..13
@@ -30,15 +34,16 @@ if [[ $EUID -ne 0 ]]; then
 	exit 1
 fi
 tools=(ip curl nft)
-[[ $GATEWAY == firmware ]] && tools+=(mke2fs qemu-system-x86_64)
+[[ $GATEWAY == firmware ]] && tools+=(debugfs qemu-system-x86_64)
 for tool in "${tools[@]}"; do
 	command -v "$tool" >/dev/null || { echo "demo.sh: needs $tool" >&2; exit 1; }
 done
 case $GATEWAY in
 netns) ;;
 firmware)
-	: "${KERNEL:?set KERNEL to the firmware's kernel}"
-	: "${INITRAMFS:?set INITRAMFS to the firmware's initramfs}"
+	: "${EGPROVISION:?set EGPROVISION to the egprovision binary}"
+	: "${DISK:?set DISK to the qemu-x86_64 disk image (make image)}"
+	: "${UPDATE:?set UPDATE to a newer signed bundle of the same board (make bundle)}"
 	;;
 *)
 	echo "demo.sh: GATEWAY=$GATEWAY: want netns or firmware" >&2
@@ -165,13 +170,14 @@ start_netns_gateway() {
 	HEALTHZ=(ip netns exec "$GW" curl -s --max-time 1 http://127.0.0.1:10256/healthz)
 }
 
-# start_firmware_gateway boots the qemu-x86_64 firmware as the gateway. $GW becomes a plain
-# switch with no address of its own: br1 joins the client's link and the guest's eth0 (tap0),
-# br0 the backends, the control plane and the guest's eth1 (tap1); QEMU runs inside $GW, so
-# the guest's NICs lead nowhere but the lab. The gateway's identity goes where an operator
-# puts it: a config.yaml, the token and the cluster's CA on an ext4 data partition labelled
-# edgegate-data, which PID 1 mounts on /var/lib/edgegate (the offline-first cache lands there
-# too). The kernel command line gives only the addresses.
+# start_firmware_gateway boots a copy of the qemu-x86_64 disk image as the gateway, through
+# UEFI (OVMF, systemd-boot, slot A). $GW becomes a plain switch with no address of its own:
+# br1 joins the client's link and the guest's eth0 (tap0), br0 the backends, the control plane
+# and the guest's eth1 (tap1); QEMU runs inside $GW, so the guest's NICs lead nowhere but the
+# lab. The gateway's identity goes where an operator puts it, with the command an operator
+# uses: egprovision writes the API server, the token, the cluster's CA, network.yaml, a
+# config.yaml and the dashboard's token into the image's data partition, which PID 1 mounts
+# on /var/lib/edgegate (the offline-first cache and the update history land there too).
 start_firmware_gateway() {
 	ip -n "$GW" link add br1 type bridge
 	ip -n "$GW" link set br1 up
@@ -184,40 +190,52 @@ start_firmware_gateway() {
 	ip -n "$GW" link set tap0 up
 	ip -n "$GW" link set tap1 up
 
-	mkdir -p "$WORK/data"
-	cp "$WORK/cluster/gateway/token" "$WORK/cluster/gateway/ca.crt" "$WORK/data/"
-	(umask 077 && echo "$DASHBOARD_TOKEN" >"$WORK/data/dashboard-token")
-	cat >"$WORK/data/config.yaml" <<-EOF
-		# The gateway's own configuration, on its data partition.
-		apiServer: $SERVER
-		tokenFile: /var/lib/edgegate/token
-		caFile: /var/lib/edgegate/ca.crt
+	ID=$WORK/identity
+	mkdir -p "$ID"
+	(umask 077 && echo "$DASHBOARD_TOKEN" >"$ID/dashboard-token")
+	cat >"$ID/config.yaml" <<-EOF
+		# The gateway's own configuration; egprovision adds the cluster's fields.
 		hostnameOverride: $NODE
 		nodeIPs: [10.200.1.1, "fd00:200:1::1"]
 		zone: demo-zone
 		# No shell on the box: Prometheus scrapes it over the network.
 		metricsBindAddress: 0.0.0.0:10249
-		dashboardTokenFile: /var/lib/edgegate/dashboard-token
 	EOF
-	truncate -s 32M "$WORK/data.img"
-	mke2fs -q -t ext4 -L edgegate-data -d "$WORK/data" "$WORK/data.img"
+	cat >"$ID/network.yaml" <<-EOF
+		ip: [eth0:10.200.1.1/24, "eth0:fd00:200:1::1/64", eth1:10.200.2.1/24, "eth1:fd00:200:2::1/64"]
+	EOF
+	cp --sparse=always "$DISK" "$WORK/disk.img"
+	echo "demo: provisioning a copy of $DISK for Node $NODE (egprovision, no mount):"
+	"$EGPROVISION" -disk "$WORK/disk.img" -api-server "$SERVER" -token-file "$WORK/cluster/gateway/token" \
+		-ca-file "$WORK/cluster/gateway/ca.crt" -config "$ID/config.yaml" -network "$ID/network.yaml" \
+		-dashboard-token-file "$ID/dashboard-token" | sed 's/^/  /'
 
-	echo "demo: booting the qemu-x86_64 firmware as the gateway (QEMU, TCG), joining $SERVER as Node $NODE"
-	ip netns exec "$GW" "$EGDEMO" boot -board qemu-x86_64 -kernel "$KERNEL" -initramfs "$INITRAMFS" \
-		-console "$WORK/console.log" -tap tap0 -tap tap1 -disk "$WORK/data.img" \
-		-append edgegate.ip=eth0:10.200.1.1/24 -append edgegate.ip=eth0:fd00:200:1::1/64 \
-		-append edgegate.ip=eth1:10.200.2.1/24 -append edgegate.ip=eth1:fd00:200:2::1/64 \
-		>"$WORK/boot.log" 2>&1 &
+	echo "demo: booting the disk image under QEMU (TCG) through UEFI as the gateway, joining $SERVER as Node $NODE"
+	ip netns exec "$GW" "$EGDEMO" boot -board qemu-x86_64 -uefi-vars "$WORK/vars.fd" -disk "$WORK/disk.img" \
+		-console "$WORK/console.log" -tap tap0 -tap tap1 >"$WORK/boot.log" 2>&1 &
 	PIDS+=($!)
+	BOOT_PID=$!
 	GATEWAY_LOG=$WORK/console.log
-	for _ in $(seq 1200); do
+	for _ in $(seq 1800); do
 		grep -qx ready "$WORK/boot.log" && break
-		kill -0 "${PIDS[-1]}" 2>/dev/null || fail "the firmware did not boot; QEMU's output and the console:" "$WORK/boot.log"
+		kill -0 "$BOOT_PID" 2>/dev/null || fail "the firmware did not boot; QEMU's output and the console:" "$WORK/boot.log"
 		sleep 0.1
 	done
-	grep -qx ready "$WORK/boot.log" || fail "the firmware did not program its rules within 2 minutes; its console:" "$GATEWAY_LOG"
-	grep '^egdemo:' "$WORK/boot.log" | grep -v 'booting' | sed 's/^egdemo: /demo: /'
+	grep -qx ready "$WORK/boot.log" || fail "the firmware did not program its rules within 3 minutes; its console:" "$GATEWAY_LOG"
+	show_markers
 	HEALTHZ=(ip netns exec "$CLIENT" curl -s --max-time 1 http://10.200.1.1:10256/healthz)
+}
+
+# show_markers prints the firmware's console markers that egdemo boot reported since the last
+# call, with the time since QEMU started.
+MARKERS_SHOWN=0
+show_markers() {
+	local lines
+	mapfile -t lines < <(grep '^egdemo: ' "$WORK/boot.log" | grep -v ' booting ')
+	for line in "${lines[@]:MARKERS_SHOWN}"; do
+		echo "  ${line#egdemo: }"
+	done
+	MARKERS_SHOWN=${#lines[@]}
 }
 
 case $GATEWAY in
@@ -324,6 +342,56 @@ else
 	echo "demo: the dashboard did not answer over TLS on 127.0.0.1:$DASHBOARD_PORT (pinned key: ${SPKI:-none in the gateway log}); the forwarder's log:" >&2
 	cat "$WORK/forward.log" >&2
 	failures=$((failures + 1))
+fi
+
+# live_update uploads the newer bundle through the dashboard's API (the forwarder, TLS pinned
+# to the gateway's key), follows the trial boot and the commit on the console, prints the
+# slots and the update history as the updated gateway reports them, and sends traffic again.
+live_update() {
+	local api=("$EGDEMO" update -url "https://127.0.0.1:$DASHBOARD_PORT" -token-file "$ID/dashboard-token" -spki "$SPKI")
+	echo
+	echo "demo: live update: uploading $(basename "$UPDATE") through the dashboard's API (POST /api/update)"
+	"${api[@]}" -bundle "$UPDATE" || return 1
+	echo "demo: the gateway's console markers while it boots the new slot on trial and commits it:"
+	local done=0
+	for _ in $(seq 600); do
+		show_markers
+		if grep -q 'EDGEGATE-UPDATE \(committed\|rolled-back\)' "$WORK/boot.log"; then
+			done=1
+			break
+		fi
+		kill -0 "$BOOT_PID" 2>/dev/null || fail "QEMU ended during the update; its console:" "$GATEWAY_LOG"
+		sleep 0.5
+	done
+	show_markers
+	((done)) || fail "the update did not commit within 5 minutes; the console:" "$GATEWAY_LOG"
+	echo
+	echo "demo: the gateway's slots and update history (GET /api/update), as the dashboard shows them:"
+	"${api[@]}" -wait 2m || return 1
+	grep -q 'EDGEGATE-UPDATE committed' "$WORK/boot.log" || return 1
+	echo
+	echo "demo: traffic through the updated gateway:"
+	local url answer n
+	for url in http://10.96.0.10/ http://10.200.1.1:30080/ http://203.0.113.10/; do
+		for n in 1 2 3; do
+			if answer=$(ip netns exec "$CLIENT" curl -s --max-time 2 "$url"); then
+				printf '  %-26s %s\n' "$url" "${answer%% *}"
+			else
+				printf '  %-26s FAILED\n' "$url"
+				return 1
+			fi
+		done
+	done
+}
+
+if [[ $GATEWAY == firmware ]] && ((dashboard_ok)); then
+	live_update || failures=$((failures + 1))
+fi
+echo
+if ((failures == 0)); then
+	echo "demo: every step passed, in ${SECONDS}s"
+else
+	echo "demo: $failures step(s) failed, in ${SECONDS}s"
 fi
 
 if ((failures == 0)) && [[ -t 0 && -z ${CI:-} ]]; then

@@ -62,6 +62,10 @@ type Options struct {
 	// Prefix starts every namespace name (default "eg"); a random suffix makes names unique,
 	// so labs of concurrent test runs never collide.
 	Prefix string
+	// Taps makes the gateway namespace a switch for a gateway that runs elsewhere, a QEMU
+	// guest whose NICs are the taps TapNames (taps.go): the guest takes the gateway's
+	// addresses itself, and the namespace forwards nothing and has no address.
+	Taps bool
 }
 
 // Host is one network namespace of the lab.
@@ -82,6 +86,7 @@ type Lab struct {
 	Backends []*Host // backend-1..3, each answering on BackendTCPPort and BackendUDPPort
 	Upstream *Host   // behind the gateway's default route; forwards nothing
 	built    *built
+	taps     bool // Options.Taps: Gateway is a switch
 }
 
 // HostIn is a Host for a network namespace the lab did not make, such as a QEMU guest's
@@ -123,6 +128,7 @@ func New(opts Options) (*Lab, error) {
 	base := prefix + "-" + hex.EncodeToString(suffix) + "-"
 
 	l := &Lab{
+		taps:     opts.Taps,
 		Gateway:  &Host{Name: "gateway", NS: base + "gw", IPv4: NodeIPv4, IPv6: NodeIPv6},
 		Client:   &Host{Name: "client-1", NS: base + "c1", IPv4: netip.MustParseAddr("10.200.1.2"), IPv6: netip.MustParseAddr("fd00:200:1::2")},
 		Client2:  &Host{Name: "client-2", NS: base + "c2", IPv4: netip.MustParseAddr("10.200.3.2"), IPv6: netip.MustParseAddr("fd00:200:3::2")},
@@ -141,7 +147,11 @@ func New(opts Options) (*Lab, error) {
 		h.lab = l
 	}
 	var err error
-	if l.built, err = build("lab", l.Hosts(), l.wire, l.Backends); err != nil {
+	wire := l.wire
+	if l.taps {
+		wire = l.wireSwitch
+	}
+	if l.built, err = build("lab", l.Hosts(), wire, l.Backends); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -31,19 +31,27 @@ func (l *Lab) wire() error {
 	gw.addrs("uplink", "10.200.9.1/24", "fd00:200:9::1/64")
 	gw.up("uplink")
 	gw.defaultRoutes(l.Upstream.IPv4, l.Upstream.IPv6)
-	gw.bridge("br0")
-	gw.addrs("br0", "10.200.2.1/24", "fd00:200:2::1/64")
-	gw.up("br0")
 	gw.veth("c1", l.Client)
 	gw.addrs("c1", "10.200.1.1/24", "fd00:200:1::1/64")
 	gw.up("c1")
 	gw.veth("c2", l.Client2)
 	gw.addrs("c2", "10.200.3.1/24", "fd00:200:3::1/64")
 	gw.up("c2")
-	// The backend ports hairpin, as a Kubernetes node's bridge ports do (kubelet's
-	// hairpin-veth): where br_netfilter is active (the development hosts build it in), an
-	// endpoint's connection to its own service is DNATed while bridged and must leave by
-	// the port it came in on.
+	l.backendPorts(gw)
+	gw.addrs("br0", "10.200.2.1/24", "fd00:200:2::1/64")
+	gw.up("br0")
+	if gw.err != nil {
+		return gw.err
+	}
+	return l.wireLeaves()
+}
+
+// backendPorts makes the backend bridge br0 with a port for each backend. The ports
+// hairpin, as a Kubernetes node's bridge ports do (kubelet's hairpin-veth): where
+// br_netfilter is active (the development hosts build it in), an endpoint's connection to
+// its own service is DNATed while bridged and must leave by the port it came in on.
+func (l *Lab) backendPorts(gw *links) {
+	gw.bridge("br0")
 	for i, b := range l.Backends {
 		dev := fmt.Sprintf("b%d", i+1)
 		gw.veth(dev, b)
@@ -51,9 +59,11 @@ func (l *Lab) wire() error {
 		gw.hairpin(dev)
 		gw.up(dev)
 	}
-	if gw.err != nil {
-		return gw.err
-	}
+}
+
+// wireLeaves addresses the clients, upstream and the backends, each routed via the
+// gateway's address on its segment.
+func (l *Lab) wireLeaves() error {
 	leaves := []struct {
 		h          *Host
 		via4, via6 netip.Addr
@@ -268,7 +278,8 @@ func linksDown(nl *netlink.Handle) ([]string, error) {
 	var down []string
 	for _, link := range links {
 		a := link.Attrs()
-		if a.Name != "lo" && a.OperState != netlink.OperUp {
+		// A tap has no carrier until its QEMU opens it (Options.Taps).
+		if _, tap := link.(*netlink.Tuntap); a.Name != "lo" && !tap && a.OperState != netlink.OperUp {
 			down = append(down, a.Name+" "+a.OperState.String())
 		}
 	}

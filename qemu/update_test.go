@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -146,7 +147,13 @@ type updateTest struct {
 	vars   string
 	port   int    // the dashboard, forwarded from the host's loopback
 	netdev string // further user-mode network options (guestfwd)
-	vm     *VM
+	// nics, start and dashboard, when set, replace the user-mode NIC: the guest's NICs,
+	// how QEMU starts (in a lab's namespace, where their taps are) and the dashboard's
+	// base URL and client (hardware_test.go).
+	nics      []NIC
+	start     func(*exec.Cmd) error
+	dashboard *dashboardAt
+	vm        *VM
 	// nbd, when set, serves the disk instead of QEMU opening it (the power-cut matrix).
 	nbd *nbddisk.Disk
 	// console, when set, sees every console line too.
@@ -249,9 +256,13 @@ func (u *updateTest) boot(t *testing.T) {
 	if u.nbd != nil {
 		disk = Disk{NBD: u.nbd.Socket()}
 	}
+	nics := u.nics
+	if nics == nil {
+		nics = []NIC{{Netdev: fmt.Sprintf("user,restrict=on,hostfwd=tcp:127.0.0.1:%d-:443", u.port) + u.netdev}}
+	}
 	vm, err := Start(u.ctx, Options{
 		Board: u.board, UEFIVars: u.vars, AllowReboot: true, Disks: []Disk{disk},
-		NICs:    []NIC{{Netdev: fmt.Sprintf("user,restrict=on,hostfwd=tcp:127.0.0.1:%d-:443", u.port) + u.netdev}},
+		NICs: nics, Start: u.start,
 		Timeout: 15 * time.Minute,
 		Console: func(line string) {
 			t.Log(u.name + ": " + line)
@@ -326,12 +337,23 @@ func (u *updateTest) waitDashboard(t *testing.T) {
 }
 
 func (u *updateTest) request(method, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(u.ctx, method, fmt.Sprintf("https://127.0.0.1:%d%s", u.port, path), body)
+	at := u.dashboard
+	if at == nil {
+		at = &dashboardAt{base: fmt.Sprintf("https://127.0.0.1:%d", u.port), client: dashboardClient}
+	}
+	req, err := http.NewRequestWithContext(u.ctx, method, at.base+path, body)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+dashboardToken)
-	return dashboardClient.Do(req)
+	return at.client.Do(req)
+}
+
+// dashboardAt is where a gateway's dashboard answers: its base URL and the client that
+// reaches it.
+type dashboardAt struct {
+	base   string
+	client *http.Client
 }
 
 // dashboardClient speaks TLS to the gateway's own certificate, generated at its first

@@ -70,6 +70,9 @@ type Options struct {
 	Timeout time.Duration
 	// Console, when set, gets each console line as it arrives (a test's t.Log).
 	Console func(line string)
+	// Start, when set, starts QEMU's process instead of its Start method: lab.Host.Start
+	// forks it inside a lab's network namespace, where the taps of its NICs are.
+	Start func(*exec.Cmd) error
 }
 
 // NIC is one guest network interface.
@@ -363,8 +366,12 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
+	start := vm.cmd.Start
+	if opts.Start != nil {
+		start = func() error { return opts.Start(vm.cmd) }
+	}
 	vm.started = time.Now()
-	if err := vm.cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
 	timer := time.AfterFunc(opts.Timeout, func() {

@@ -14,8 +14,8 @@ import (
 // TokenFileName is the generated token's file in the state directory.
 const TokenFileName = "dashboard-token"
 
-// minTokenLength keeps guessable tokens out of a configured file.
-const minTokenLength = 16
+// MinTokenLength keeps guessable tokens out of a configured file.
+const MinTokenLength = 16
 
 // LoadToken returns the access token: from file when set (it must exist), else from
 // stateDir's dashboard-token, generated there at first start. generated is true when this
@@ -69,8 +69,8 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("dashboard token: %w", err)
 	}
 	t := strings.TrimSpace(string(b))
-	if len(t) < minTokenLength {
-		return "", fmt.Errorf("dashboard token %s: %d characters, want at least %d", path, len(t), minTokenLength)
+	if len(t) < MinTokenLength {
+		return "", fmt.Errorf("dashboard token %s: %d characters, want at least %d", path, len(t), MinTokenLength)
 	}
 	return t, nil
 }

@@ -1,5 +1,5 @@
 // Package provision writes a gateway's identity and configuration (API server, bootstrap
-// token, CA, config.yaml, network.yaml, the dashboard's certificate) into the data
+// token, CA, config.yaml, network.yaml, the dashboard's certificate and token) into the data
 // partition of its disk image, or of the disk the image was written to, without mounting
 // anything: e2fsprogs' debugfs writes the files into the ext4 file system at the
 // partition's offset, and reads them back. What it writes is checked first with the
@@ -7,7 +7,7 @@
 // gateway never boots into a configuration it refuses.
 //
 // On the gateway the files are in /var/lib/edgegate (the data partition's mount point):
-// config.yaml names the others (tokenFile, caFile, dashboardTLS*), PID 1 passes it to the
+// config.yaml names the others (tokenFile, caFile, dashboardTLS*, dashboardTokenFile), PID 1 passes it to the
 // daemon and reads network.yaml itself.
 package provision
 
@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgegate/edgegate/daemon/app"
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/pid1"
 )
 
@@ -49,6 +50,9 @@ type Identity struct {
 	// DashboardCert and DashboardKey are the dashboard's TLS certificate and key (PEM),
 	// optional: without them the gateway makes a self-signed pair at its first start.
 	DashboardCert, DashboardKey []byte
+	// DashboardToken is the dashboard's access token, optional: without it the gateway
+	// generates one at its first start and prints it once on its console.
+	DashboardToken string
 }
 
 // File is one file for the data partition's root directory.
@@ -66,6 +70,7 @@ const (
 	caName            = "ca.crt"
 	dashboardCertName = "dashboard.crt"
 	dashboardKeyName  = "dashboard.key"
+	dashboardTokName  = "dashboard-token"
 )
 
 // Files checks id and returns the files to write, config.yaml last. An error names the
@@ -101,6 +106,14 @@ func Files(id Identity) ([]File, error) {
 		fields["dashboardTLSCertFile"] = Dir + "/" + dashboardCertName
 		fields["dashboardTLSPrivateKeyFile"] = Dir + "/" + dashboardKeyName
 	}
+	if id.DashboardToken != "" {
+		token := strings.TrimSpace(id.DashboardToken)
+		if len(token) < dashboard.MinTokenLength || strings.ContainsAny(token, " \t\r\n") {
+			return nil, fmt.Errorf("dashboard token: want one token of at least %d characters, without white space inside", dashboard.MinTokenLength)
+		}
+		files = append(files, File{dashboardTokName, []byte(token + "\n"), 0o600})
+		fields["dashboardTokenFile"] = Dir + "/" + dashboardTokName
+	}
 	if len(id.Network) > 0 {
 		if err := checkNetwork(id.Network); err != nil {
 			return nil, err
@@ -115,7 +128,7 @@ func Files(id Identity) ([]File, error) {
 		files = append(files, File{configName, config, 0o644})
 	}
 	if len(files) == 0 {
-		return nil, errors.New("nothing to write: give the cluster's API server, token and CA, a config.yaml, a network.yaml or a dashboard certificate")
+		return nil, errors.New("nothing to write: give the cluster's API server, token and CA, a config.yaml, a network.yaml, a dashboard certificate or token")
 	}
 	return files, nil
 }

@@ -51,7 +51,7 @@ func goodIdentity(t *testing.T) Identity {
 		APIServer: "https://10.0.0.1:6443", Token: "abcdef.0123456789abcdef\n", CA: ca,
 		Config:        []byte("proxyMode: iptables\nzone: site-7\n"),
 		Network:       []byte("ip:\n- eth0:192.0.2.10/24:192.0.2.1\n- eth1:dhcp\n"),
-		DashboardCert: cert, DashboardKey: key,
+		DashboardCert: cert, DashboardKey: key, DashboardToken: "0123456789abcdef0123\n",
 	}
 }
 
@@ -67,16 +67,19 @@ func TestFiles(t *testing.T) {
 		byName[f.Name] = f
 		names = append(names, f.Name)
 	}
-	if got, want := strings.Join(names, " "), "token ca.crt dashboard.crt dashboard.key network.yaml config.yaml"; got != want {
+	if got, want := strings.Join(names, " "), "token ca.crt dashboard.crt dashboard.key dashboard-token network.yaml config.yaml"; got != want {
 		t.Errorf("files %s, want %s", got, want)
 	}
-	for name, mode := range map[string]os.FileMode{"token": 0o600, "dashboard.key": 0o600, "ca.crt": 0o644, "config.yaml": 0o644} {
+	for name, mode := range map[string]os.FileMode{"token": 0o600, "dashboard.key": 0o600, "dashboard-token": 0o600, "ca.crt": 0o644, "config.yaml": 0o644} {
 		if byName[name].Mode != mode {
 			t.Errorf("%s: mode %o, want %o", name, byName[name].Mode, mode)
 		}
 	}
 	if got := string(byName["token"].Data); got != "abcdef.0123456789abcdef\n" {
 		t.Errorf("token %q", got)
+	}
+	if got := string(byName["dashboard-token"].Data); got != "0123456789abcdef0123\n" {
+		t.Errorf("dashboard-token %q", got)
 	}
 	var config map[string]any
 	if err := yaml.Unmarshal(byName["config.yaml"].Data, &config); err != nil {
@@ -86,6 +89,7 @@ func TestFiles(t *testing.T) {
 		"proxyMode": "iptables", "zone": "site-7", "apiServer": "https://10.0.0.1:6443",
 		"tokenFile": "/var/lib/edgegate/token", "caFile": "/var/lib/edgegate/ca.crt",
 		"dashboardTLSCertFile": "/var/lib/edgegate/dashboard.crt", "dashboardTLSPrivateKeyFile": "/var/lib/edgegate/dashboard.key",
+		"dashboardTokenFile": "/var/lib/edgegate/dashboard-token",
 	} {
 		if config[k] != v {
 			t.Errorf("config.yaml %s = %v, want %v", k, config[k], v)
@@ -106,20 +110,22 @@ func TestFilesRefused(t *testing.T) {
 		edit func(*Identity)
 		want string
 	}{
-		"http api server":   {func(id *Identity) { id.APIServer = "http://10.0.0.1:6443" }, `api server "http://10.0.0.1:6443": want an https:// URL`},
-		"no api server":     {func(id *Identity) { id.APIServer = "" }, `api server "": want an https:// URL`},
-		"token with spaces": {func(id *Identity) { id.Token = "abc def" }, "token: want one bearer token"},
-		"no token":          {func(id *Identity) { id.Token = "" }, "token: want one bearer token"},
-		"ca not pem":        {func(id *Identity) { id.CA = []byte("hello") }, "ca: not PEM"},
-		"ca a key":          {func(id *Identity) { _, id.CA = testCert(t, "x") }, `ca: a PEM block of type "EC PRIVATE KEY"`},
-		"key mismatch":      {func(id *Identity) { id.DashboardCert = otherCert }, "dashboard certificate and key: tls: private key does not match public key"},
-		"cert without key":  {func(id *Identity) { id.DashboardKey = nil }, "dashboard certificate and key: give both or neither"},
-		"network entry":     {func(id *Identity) { id.Network = []byte("ip: [eth0:300.0.0.1/24]\n") }, `network.yaml: ip entry "eth0:300.0.0.1/24"`},
-		"network key":       {func(id *Identity) { id.Network = []byte("ips: [eth0:dhcp]\n") }, "network.yaml: error unmarshaling JSON"},
-		"config field":      {func(id *Identity) { id.Config = []byte("proxyMod: nftables\n") }, `config.yaml: the daemon refuses it: error unmarshaling JSON: while decoding JSON: json: unknown field "proxyMod"`},
-		"config value":      {func(id *Identity) { id.Config = []byte("proxyMode: bpf\n") }, "config.yaml: the daemon refuses it: --proxy-mode"},
-		"config conflict":   {func(id *Identity) { id.Config = []byte("apiServer: https://10.9.9.9:6443\n") }, "config.yaml: apiServer is https://10.9.9.9:6443 there, but provisioning sets it to https://10.0.0.1:6443"},
-		"nothing":           {func(id *Identity) { *id = Identity{} }, "nothing to write"},
+		"http api server":        {func(id *Identity) { id.APIServer = "http://10.0.0.1:6443" }, `api server "http://10.0.0.1:6443": want an https:// URL`},
+		"no api server":          {func(id *Identity) { id.APIServer = "" }, `api server "": want an https:// URL`},
+		"token with spaces":      {func(id *Identity) { id.Token = "abc def" }, "token: want one bearer token"},
+		"no token":               {func(id *Identity) { id.Token = "" }, "token: want one bearer token"},
+		"ca not pem":             {func(id *Identity) { id.CA = []byte("hello") }, "ca: not PEM"},
+		"ca a key":               {func(id *Identity) { _, id.CA = testCert(t, "x") }, `ca: a PEM block of type "EC PRIVATE KEY"`},
+		"key mismatch":           {func(id *Identity) { id.DashboardCert = otherCert }, "dashboard certificate and key: tls: private key does not match public key"},
+		"cert without key":       {func(id *Identity) { id.DashboardKey = nil }, "dashboard certificate and key: give both or neither"},
+		"short dashboard token":  {func(id *Identity) { id.DashboardToken = "0123456789" }, "dashboard token: want one token of at least 16 characters"},
+		"dashboard token spaces": {func(id *Identity) { id.DashboardToken = "01234567 89abcdef01" }, "dashboard token: want one token"},
+		"network entry":          {func(id *Identity) { id.Network = []byte("ip: [eth0:300.0.0.1/24]\n") }, `network.yaml: ip entry "eth0:300.0.0.1/24"`},
+		"network key":            {func(id *Identity) { id.Network = []byte("ips: [eth0:dhcp]\n") }, "network.yaml: error unmarshaling JSON"},
+		"config field":           {func(id *Identity) { id.Config = []byte("proxyMod: nftables\n") }, `config.yaml: the daemon refuses it: error unmarshaling JSON: while decoding JSON: json: unknown field "proxyMod"`},
+		"config value":           {func(id *Identity) { id.Config = []byte("proxyMode: bpf\n") }, "config.yaml: the daemon refuses it: --proxy-mode"},
+		"config conflict":        {func(id *Identity) { id.Config = []byte("apiServer: https://10.9.9.9:6443\n") }, "config.yaml: apiServer is https://10.9.9.9:6443 there, but provisioning sets it to https://10.0.0.1:6443"},
+		"nothing":                {func(id *Identity) { *id = Identity{} }, "nothing to write"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			id := goodIdentity(t)

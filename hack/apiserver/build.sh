@@ -17,12 +17,32 @@ GO=${GO:-go}
 
 built() { [ -x "$1/kube-apiserver" ] && [ -x "$1/etcd" ]; }
 
+# progress reads go build -v's output (one package path per line it compiles) and says every
+# 20 s how far the build of $1 is, so a cold build is not minutes of silence; every other line
+# (a compile error and its # header) is passed on as it comes.
+progress() {
+	local n=0 start=$SECONDS last=$SECONDS line
+	while IFS= read -r line; do
+		if [[ $line =~ ^[A-Za-z0-9._~/-]+$ ]]; then
+			n=$((n + 1))
+		else
+			printf '%s\n' "$line" >&2
+		fi
+		if ((SECONDS - last >= 20)); then
+			echo "  $1: $n packages compiled, $((SECONDS - start))s" >&2
+			last=$SECONDS
+		fi
+	done
+	echo "  $1: $n packages compiled in $((SECONDS - start))s" >&2
+}
+
 build() {
 	local kube
 	kube=$($GO list -m -f '{{.Version}}' k8s.io/kubernetes)
 	echo "building kube-apiserver $kube and etcd $($GO list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) into $gocache_dir (cold: ~6 min, ~2 GB)" >&2
-	CGO_ENABLED=0 nice -n 10 $GO build -trimpath -ldflags "$(gocache_kube_ldflags "$kube")" -o "$1/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-	CGO_ENABLED=0 nice -n 10 $GO build -trimpath -ldflags "-s -w" -o "$1/etcd" ./cmd/etcd
+	CGO_ENABLED=0 nice -n 10 $GO build -v -trimpath -ldflags "$(gocache_kube_ldflags "$kube")" -o "$1/kube-apiserver" \
+		k8s.io/kubernetes/cmd/kube-apiserver 2>&1 | progress kube-apiserver
+	CGO_ENABLED=0 nice -n 10 $GO build -v -trimpath -ldflags "-s -w" -o "$1/etcd" ./cmd/etcd 2>&1 | progress etcd
 }
 
 gocache_build "${EDGEGATE_CLUSTER_CACHE:-$root/out/cluster}" "$here" built build "${1:-}"

@@ -17,19 +17,19 @@ import (
 	"github.com/edgegate/edgegate/lab"
 )
 
-// matrixNamespace holds every Service of the traffic matrix.
-const matrixNamespace = "matrix"
+// Namespace holds every Service of the traffic matrix.
+const Namespace = "matrix"
 
 // A serviceMod changes one aspect of a Service fixture.
 type serviceMod func(*v1.Service)
 
-// service builds a Service in matrixNamespace with ClusterIPs ips (one per family, the
+// service builds a Service in Namespace with ClusterIPs ips (one per family, the
 // families in that order) and one port named "p" (TCP port 80 → BackendTCPPort unless
 // changed by udpPort).
 func service(name string, ips []string, mods ...serviceMod) *v1.Service {
 	svc := &v1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: matrixNamespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name},
 		Spec: v1.ServiceSpec{
 			Type:       v1.ServiceTypeClusterIP,
 			ClusterIP:  ips[0],

@@ -339,7 +339,7 @@ func ipvsStats() Scenario {
 			if sum != e.Stats {
 				t.Errorf("the virtual server's counters %+v are not the sum of its real servers' %+v", e.Stats, sum)
 			}
-			dashboardShowsStats(t, l, matrixNamespace+"/"+tcp.Name+":"+tcp.Spec.Ports[0].Name, e)
+			dashboardShowsStats(t, l, Namespace+"/"+tcp.Name+":"+tcp.Spec.Ports[0].Name, e)
 
 			flow, err := l.Client.OpenUDP(40055, "10.96.11.5:53")
 			if err != nil {

@@ -42,6 +42,15 @@ func Scenarios() []Scenario {
 	}
 }
 
+// TrafficRows are the matrix's rows that judge a gateway by its traffic alone: ClusterIP,
+// NodePort, LoadBalancer with source ranges, and masquerading. Their checks use the lab's
+// hosts and no Gateway (nil will do), so they also judge a gateway that runs elsewhere: a
+// QEMU guest on a lab's taps (qemu/hardware_test.go), which reads the rows' manifests from
+// an API server.
+func TrafficRows() []Scenario {
+	return []Scenario{clusterIPSpread(), nodePortOnNodeIP(), loadBalancerSourceRanges(), externalClusterMasquerades()}
+}
+
 // serviceIPOverNodePort: the node's own address is one Service's external IP on a port
 // that another Service has as its node port. As in kube-proxy, the Service IP wins: node
 // ports are looked up only after every Service IP (in nftables mode also when the dispatch
@@ -225,7 +234,7 @@ func externalLocalDrops() Scenario {
 		if err := json.Unmarshal([]byte(body), &a); err != nil {
 			t.Fatalf("health check node port body %q: %v", body, err)
 		}
-		if a.Service.Namespace != matrixNamespace || a.Service.Name != "etp-local" || a.LocalEndpoints == nil || *a.LocalEndpoints != 0 {
+		if a.Service.Namespace != Namespace || a.Service.Name != "etp-local" || a.LocalEndpoints == nil || *a.LocalEndpoints != 0 {
 			t.Errorf("health check node port body %s; want service matrix/etp-local with localEndpoints 0", body)
 		}
 	})

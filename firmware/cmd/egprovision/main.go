@@ -7,6 +7,7 @@
 //	egprovision -disk out/firmware/pc-x86_64/disk.img \
 //	    -api-server https://10.0.0.1:6443 -token-file token -ca-file ca.crt \
 //	    [-config config.yaml] [-network network.yaml] [-dashboard-cert c.pem -dashboard-key k.pem]
+//	    [-dashboard-token-file dashboard-token]
 //	egprovision -image out/firmware/pc-x86_64/disk.img -disk /dev/sdb -yes ...
 //
 // Exit status: 0 written, 1 refused or failed, 2 usage.
@@ -44,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	network := fs.String("network", "", "the gateway's network.yaml (ip: [eth0:192.0.2.10/24:192.0.2.1, eth1:dhcp])")
 	dashCert := fs.String("dashboard-cert", "", "PEM certificate of the dashboard's TLS (with -dashboard-key)")
 	dashKey := fs.String("dashboard-key", "", "PEM private key of -dashboard-cert")
+	dashToken := fs.String("dashboard-token-file", "", "file of the dashboard's access token (default: generated at the gateway's first start, printed on its console)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,12 +72,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		*in.into = b
 	}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
+	for _, in := range []struct {
+		file string
+		into *string
+	}{{*tokenFile, &id.Token}, {*dashToken, &id.DashboardToken}} {
+		if in.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(in.file)
 		if err != nil {
 			return fail(err)
 		}
-		id.Token = string(b)
+		*in.into = string(b)
 	}
 	files, err := provision.Files(id)
 	if err != nil {

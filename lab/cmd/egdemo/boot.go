@@ -14,31 +14,37 @@ import (
 )
 
 // runBoot boots a board's firmware under QEMU as the demo's gateway: its NICs on taps that
-// already exist in the network namespace egdemo runs in (ip netns exec NS egdemo boot ...),
-// its data partition on a raw disk image. The console goes to -console; stdout gets one
-// line per firmware marker, with the time since QEMU started, and "ready" once the rules are
-// programmed. It returns when the guest powers off, QEMU fails, or a signal ends the demo
-// (then QEMU is killed: the gateway is a throwaway guest).
+// already exist in the network namespace egdemo runs in (ip netns exec NS egdemo boot ...).
+// With -uefi-vars it boots the first disk, a disk image, through the board's UEFI firmware
+// with that NVRAM, and the guest may reboot (an update's trial boot); with -kernel and
+// -initramfs QEMU loads them directly. The console goes to -console; stdout gets one line
+// per firmware marker (boot, modules, ready, update steps, power-off), with the time since
+// QEMU started, and "ready" once the rules are first programmed. It returns when the guest
+// powers off, QEMU fails, or a signal ends the demo (then QEMU is killed: the gateway is a
+// throwaway guest).
 func runBoot(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("boot", flag.ExitOnError)
 	boardName := fs.String("board", "qemu-x86_64", "the board")
-	kernel := fs.String("kernel", "", "the firmware's kernel (required)")
-	initrd := fs.String("initramfs", "", "the firmware's initramfs (required)")
+	kernel := fs.String("kernel", "", "the firmware's kernel (without -uefi-vars)")
+	initrd := fs.String("initramfs", "", "the firmware's initramfs (without -uefi-vars)")
+	vars := fs.String("uefi-vars", "", "the machine's UEFI variable store (NVRAM): boot the first -disk through UEFI")
 	console := fs.String("console", "", "file the guest's console is written to (required)")
 	lifetime := fs.Duration("timeout", 2*time.Hour, "QEMU is killed after this long")
 	var taps, disks, cmdline listFlag
 	fs.Var(&taps, "tap", "tap device in this namespace for the next NIC: eth0 first (repeatable)")
-	fs.Var(&disks, "disk", "raw disk image, as the next virtio disk (repeatable)")
-	fs.Var(&cmdline, "append", "kernel command line argument (repeatable)")
+	fs.Var(&disks, "disk", "raw disk image, as the board's next disk (repeatable)")
+	fs.Var(&cmdline, "append", "kernel command line argument (repeatable; not with -uefi-vars)")
 	_ = fs.Parse(args)
-	if *kernel == "" || *initrd == "" || *console == "" {
-		return errors.New("boot: -kernel, -initramfs and -console are required")
+	direct := *kernel != "" && *initrd != ""
+	if *console == "" || direct == (*vars != "") || (*vars != "" && (len(disks) == 0 || len(cmdline) > 0)) {
+		return errors.New("boot: -console, and either -kernel with -initramfs or -uefi-vars with a -disk (and no -append), are required")
 	}
 	b, err := board.Load(*boardName)
 	if err != nil {
 		return err
 	}
-	opts := qemu.Options{Board: b, Kernel: *kernel, Initramfs: *initrd, Cmdline: cmdline, Timeout: *lifetime}
+	opts := qemu.Options{Board: b, Kernel: *kernel, Initramfs: *initrd, Cmdline: cmdline, Timeout: *lifetime,
+		UEFIVars: *vars, AllowReboot: *vars != ""}
 	for _, t := range taps {
 		// script=no: the demo made the tap and put it on its bridge already. The tap lives in
 		// the demo's namespace, so the guest reaches nothing beyond the lab.
@@ -52,25 +58,28 @@ func runBoot(ctx context.Context, args []string) error {
 		return err
 	}
 	defer out.Close()
-	opts.Console = func(line string) { fmt.Fprintln(out, line) }
+	started, ready := time.Now(), false
+	opts.Console = func(line string) {
+		fmt.Fprintln(out, line)
+		for _, m := range bootMarkers {
+			i := strings.Index(line, m)
+			if i < 0 {
+				continue
+			}
+			// The firmware's console starts with the BIOS's terminal resets on the same line.
+			fmt.Printf("egdemo: %6.2fs  %s\n", time.Since(started).Seconds(), line[i:])
+			if m == "EDGEGATE-READY" && !ready {
+				ready = true
+				fmt.Println("ready")
+			}
+		}
+	}
 	vm, err := qemu.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer vm.Kill()
 	fmt.Printf("egdemo: booting %s under QEMU (TCG): %s\n", b.Name, strings.Join(vm.CommandLine(), " "))
-
-	markers := []string{"EDGEGATE-BOOT-START", "EDGEGATE-MODULES-LOADED", "EDGEGATE-READY"}
-	for _, m := range markers {
-		l, err := vm.WaitFor(m)
-		if err != nil {
-			return fmt.Errorf("boot: waiting for %s: %w", m, err)
-		}
-		// The firmware's console starts with the BIOS's terminal resets on the same line.
-		text := l.Text[strings.Index(l.Text, m):]
-		fmt.Printf("egdemo: %6.2fs  %s\n", l.At.Seconds(), text)
-	}
-	fmt.Println("ready")
 	code, err := vm.Wait()
 	if ctx.Err() != nil {
 		return nil
@@ -81,3 +90,6 @@ func runBoot(ctx context.Context, args []string) error {
 	fmt.Printf("egdemo: the guest powered off (QEMU exit %d)\n", code)
 	return nil
 }
+
+// bootMarkers are the console markers of PID 1 (package pid1) that runBoot reports.
+var bootMarkers = []string{"EDGEGATE-BOOT-START", "EDGEGATE-MODULES-LOADED", "EDGEGATE-READY", "EDGEGATE-UPDATE", "EDGEGATE-POWEROFF"}

@@ -5,10 +5,13 @@
 //
 //	egdemo cluster -netns NS -address IP -dir DIR    runs until SIGINT/SIGTERM
 //	egdemo nodes -kubeconfig FILE [-wait NAME]       (inside NS: ip netns exec NS egdemo nodes ...)
+//	egdemo boot -uefi-vars V -disk D -console F -tap T...
 //	egdemo boot -kernel K -initramfs I -console F -tap T... -disk D -append ARG...
 //	                                                 boots the firmware as the gateway (inside NS)
 //	egdemo forward -listen 127.0.0.1:PORT -netns NS -to ADDR:PORT
 //	                                                 the dashboard on the host's loopback
+//	egdemo update -url https://127.0.0.1:PORT -token-file F -spki PIN [-bundle B | -wait D]
+//	                                                 uploads an update, or shows slots and history
 package main
 
 import (
@@ -54,6 +57,8 @@ func main() {
 		err = runBoot(ctx, os.Args[2:])
 	case "forward":
 		err = runForward(ctx, os.Args[2:])
+	case "update":
+		err = runUpdate(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -64,7 +69,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: egdemo cluster -netns NS -address IP -dir DIR [-manifests FILE...]\n       egdemo nodes -kubeconfig FILE [-wait NAME -timeout D]\n       egdemo boot -kernel K -initramfs I -console F [-board B -tap T... -disk D... -append ARG...]\n       egdemo forward -listen 127.0.0.1:PORT -netns NS -to ADDR:PORT")
+	fmt.Fprintln(os.Stderr, "usage: egdemo cluster -netns NS -address IP -dir DIR [-manifests FILE...]\n       egdemo nodes -kubeconfig FILE [-wait NAME -timeout D]\n       egdemo boot (-uefi-vars V | -kernel K -initramfs I) -console F [-board B -tap T... -disk D... -append ARG...]\n       egdemo forward -listen 127.0.0.1:PORT -netns NS -to ADDR:PORT\n       egdemo update -url https://127.0.0.1:PORT -token-file F -spki PIN [-bundle B | -wait D]")
 	os.Exit(2)
 }
 
