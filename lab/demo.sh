@@ -357,18 +357,18 @@ live_update() {
 	echo "demo: live update: uploading $(basename "$UPDATE") through the dashboard's API (POST /api/update)"
 	"${api[@]}" -bundle "$UPDATE" || return 1
 	echo "demo: the gateway's console markers while it boots the new slot on trial and commits it:"
-	local done=0
+	local ended=0
 	for _ in $(seq 600); do
 		show_markers
 		if grep -q 'EDGEGATE-UPDATE \(committed\|rolled-back\)' "$WORK/boot.log"; then
-			done=1
+			ended=1
 			break
 		fi
 		kill -0 "$BOOT_PID" 2>/dev/null || fail "QEMU ended during the update; its console:" "$GATEWAY_LOG"
 		sleep 0.5
 	done
 	show_markers
-	((done)) || fail "the update did not commit within 5 minutes; the console:" "$GATEWAY_LOG"
+	((ended)) || fail "the update did not end within 5 minutes; the console:" "$GATEWAY_LOG"
 	echo
 	echo "demo: the gateway's slots and update history (GET /api/update), as the dashboard shows them:"
 	"${api[@]}" -wait 2m || return 1
