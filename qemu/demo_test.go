@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +63,5 @@ func TestDemo(t *testing.T) {
 			t.Errorf("make demo printed no line matching %s", step)
 		}
 	}
-	if i := strings.LastIndex(string(out), "demo: every step passed"); i >= 0 {
-		t.Logf("make demo passed in %v (%s)", took.Round(time.Second), strings.SplitN(string(out[i:]), "\n", 2)[0])
-	}
+	t.Logf("make demo took %v", took.Round(time.Second))
 }

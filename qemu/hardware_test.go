@@ -3,7 +3,6 @@ package qemu
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/edgegate/edgegate/board"
 	"github.com/edgegate/edgegate/firmware/bundle"
@@ -80,7 +78,7 @@ func TestHardwareGateway(t *testing.T) {
 		defer u.shutDown()
 		start := time.Now()
 		u.waitFactory(t)
-		waitNodeReady(ctx, t, c.Client, lab.GatewayNodeName)
+		waitNodeReady(ctx, t, c, lab.GatewayNodeName)
 		checkDrivers(t, u.vm, append(expectedDrivers(b), b.QEMU.NIC))
 		t.Logf("%s: ready, its dashboard answering and its Node Ready %v after power-on", b.Name, time.Since(start).Round(time.Millisecond))
 		traffic := func(t *testing.T) {
@@ -94,7 +92,7 @@ func TestHardwareGateway(t *testing.T) {
 		if !t.Run("good", func(t *testing.T) { u.good(t, "v1.1.0", layout.SlotB, false) }) {
 			return
 		}
-		waitNodeReady(ctx, t, c.Client, lab.GatewayNodeName)
+		waitNodeReady(ctx, t, c, lab.GatewayNodeName)
 		t.Run("traffic-after-update", traffic)
 		t.Run("bad", func(t *testing.T) { u.rollback(t, "v1.2.0-panics", layout.SlotA, "EDGEGATE-PANICINIT") })
 	})
@@ -174,22 +172,10 @@ func checkDriverList(t *testing.T, marker string, want []string) {
 	}
 }
 
-// waitNodeReady waits until the Node named name is Ready.
-func waitNodeReady(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) {
+// waitNodeReady waits until the Node called name is Ready in c.
+func waitNodeReady(ctx context.Context, t *testing.T, c *cluster.Cluster, name string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			i := slices.IndexFunc(n.Status.Conditions, func(c v1.NodeCondition) bool { return c.Type == v1.NodeReady })
-			if i >= 0 && n.Status.Conditions[i].Status == v1.ConditionTrue {
-				return
-			}
-			err = fmt.Errorf("conditions %+v", n.Status.Conditions)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Node %s not Ready within 2m: %v", name, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+	if err := cluster.WaitNodeReady(ctx, c.Client, name, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }

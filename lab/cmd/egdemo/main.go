@@ -156,7 +156,7 @@ func runNodes(ctx context.Context, args []string) error {
 		return err
 	}
 	if *wait != "" {
-		if err := waitReady(ctx, client, *wait, *timeout); err != nil {
+		if err := cluster.WaitNodeReady(ctx, client, *wait, *timeout); err != nil {
 			return err
 		}
 	}
@@ -167,7 +167,7 @@ func runNodes(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATUS\tROLES\tEDGEGATE\tINTERNAL-IP\tOS-IMAGE\tKERNEL-VERSION\tTAINTS")
 	for _, n := range nodes.Items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, status(&n), roles(&n), n.Annotations["edgegate.dev/version"],
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, cluster.NodeStatus(&n), roles(&n), n.Annotations["edgegate.dev/version"],
 			address(&n, v1.NodeInternalIP), n.Status.NodeInfo.OSImage, n.Status.NodeInfo.KernelVersion, taints(&n))
 	}
 	if err := tw.Flush(); err != nil {
@@ -182,42 +182,6 @@ func runNodes(ctx context.Context, args []string) error {
 			time.Since(l.Spec.RenewTime.Time).Round(time.Second), derefInt(l.Spec.LeaseDurationSeconds))
 	}
 	return nil
-}
-
-func waitReady(ctx context.Context, client kubernetes.Interface, name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	last := "not registered"
-	for {
-		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case err == nil && status(n) == "Ready":
-			return nil
-		case err == nil:
-			last = status(n)
-		default:
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s not Ready after %v (last: %s)", name, timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func status(n *v1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			if c.Status == v1.ConditionTrue {
-				return "Ready"
-			}
-			return "NotReady (" + c.Reason + ")"
-		}
-	}
-	return "Unknown"
 }
 
 func roles(n *v1.Node) string {
