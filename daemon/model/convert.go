@@ -80,6 +80,11 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 		}
 	}
 
+	// Validated before: an annotation that does not parse rejected the Service.
+	var protection *Protection
+	if v, ok := svc.Annotations[ProtectionAnnotation]; ok && (external || len(externalIPs) > 0) {
+		protection, _ = ParseProtection([]byte(v))
+	}
 	var out []*ServicePort
 	for _, p := range svc.Spec.Ports {
 		proto := Protocol(p.Protocol)
@@ -101,6 +106,7 @@ func ServicePorts(svc *v1.Service, eps []*discovery.EndpointSlice) []*ServicePor
 			PreferSameZone:  sameZone,
 			PreferSameNode:  sameNode,
 			IPVSScheduler:   svc.Annotations[IPVSSchedulerAnnotation],
+			Protection:      protection,
 		}
 		if external {
 			sp.NodePort = uint16(p.NodePort)

@@ -123,6 +123,8 @@ type ServicePort struct {
 	// IPVSScheduler is the Service's IPVSSchedulerAnnotation as written (ipvs mode checks it);
 	// empty without one.
 	IPVSScheduler string
+	// Protection guards the external frontends (ProtectionAnnotation); nil without one.
+	Protection *Protection
 }
 
 // IPVSSchedulerAnnotation on a Service picks its IPVS scheduler instead of --ipvs-scheduler.
@@ -130,7 +132,7 @@ const IPVSSchedulerAnnotation = "edgegate.dev/ipvs-scheduler"
 
 // annotationsRead are the Service annotations the data plane depends on: a change of any
 // other annotation changes nothing.
-var annotationsRead = []string{IPVSSchedulerAnnotation}
+var annotationsRead = []string{IPVSSchedulerAnnotation, ProtectionAnnotation}
 
 // Endpoint is one backend address:port of a ServicePort. A cluster has one per Pod and
 // Service port, 100,000 at 10,000 Services: it is kept to 72 bytes, the rare topology

@@ -65,6 +65,11 @@ func ValidateService(svc *v1.Service) field.ErrorList {
 		}
 	}
 	errs = append(errs, validatePolicies(spec, s)...)
+	if v, ok := svc.Annotations[ProtectionAnnotation]; ok {
+		if _, err := ParseProtection([]byte(v)); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(ProtectionAnnotation), v, err.Error()))
+		}
+	}
 	return append(errs, validateIngress(field.NewPath("status", "loadBalancer", "ingress"), svc.Status.LoadBalancer.Ingress)...)
 }
 

@@ -104,9 +104,12 @@ func setOf(t *nftables.Table, s *nftplan.Set, f model.Family) *nftables.Set {
 		ns.DataType = nftables.TypeVerdict
 	}
 	if s.Dynamic {
-		ns.Dynamic, ns.HasTimeout = true, true
-		ns.Timeout = secondsDuration(s.Timeout)
+		ns.Dynamic = true
+		if s.Timeout > 0 {
+			ns.HasTimeout, ns.Timeout = true, secondsDuration(s.Timeout)
+		}
 	}
+	ns.Size = s.Size
 	return ns
 }
 
@@ -221,8 +224,86 @@ func (e *encoder) stmt(s nftplan.Stmt) ([]expr.Any, error) {
 		return e.reject(s), nil
 	case nftplan.Do:
 		return []expr.Any{verdictExpr(s.Verdict)}, nil
+	case nftplan.MatchCtState:
+		return []expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ctStateBits(s.States)), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		}, nil
+	case nftplan.MatchSynOnly:
+		return tcpFlags(tcpFIN|tcpSYN|tcpRST|tcpACK, tcpSYN), nil
+	case nftplan.MatchNotSyn:
+		return tcpFlags(tcpSYN, 0), nil
+	case nftplan.Notrack:
+		return []expr.Any{&expr.Notrack{}}, nil
+	case nftplan.SynProxy:
+		return []expr.Any{&expr.SynProxy{Mss: s.MSS, Wscale: s.WScale, MssValueSet: true, WscaleValueSet: true,
+			Timestamp: true, SackPerm: true}}, nil
+	case nftplan.DNATSelf:
+		return []expr.Any{e.loadAddr(false, reg1),
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: e.natFamily(), RegAddrMin: reg1}}, nil
+	case nftplan.OverSourceRate:
+		return append(e.loadSource(s.SourceBits), &expr.Dynset{SrcRegKey: reg1, SetName: s.Set,
+			Operation: unix.NFT_DYNSET_OP_UPDATE, Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts,
+				Rate: uint64(s.Rate), Over: true, Unit: expr.LimitTimeSecond, Burst: s.Burst}}}), nil
+	case nftplan.OverSourceConns:
+		return append(e.loadSource(s.SourceBits), &expr.Dynset{SrcRegKey: reg1, SetName: s.Set,
+			Operation: unix.NFT_DYNSET_OP_ADD, Exprs: []expr.Any{&expr.Connlimit{Count: s.Max, Flags: nftConnlimitInvert}}}), nil
 	}
 	return nil, fmt.Errorf("statement %T has no nftables encoding", s)
+}
+
+// TCP flag bits as the header carries them, and connlimit's "over".
+const (
+	tcpFIN             = 0x01
+	tcpSYN             = 0x02
+	tcpRST             = 0x04
+	tcpACK             = 0x10
+	nftConnlimitInvert = 1 // NFT_CONNLIMIT_F_INV
+)
+
+// tcpFlags matches a TCP packet whose flags, masked, equal want.
+func tcpFlags(mask, want byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 1, Mask: []byte{mask}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{want}},
+	}
+}
+
+func ctStateBits(s nftplan.CtStates) uint32 {
+	var bits uint32
+	if s&nftplan.CtInvalid != 0 {
+		bits |= expr.CtStateBitINVALID
+	}
+	if s&nftplan.CtNew != 0 {
+		bits |= expr.CtStateBitNEW
+	}
+	if s&nftplan.CtUntracked != 0 {
+		bits |= expr.CtStateBitUNTRACKED
+	}
+	return bits
+}
+
+// loadSource loads the source address into reg1, masked to its first bits in IPv6 when
+// bits is set.
+func (e *encoder) loadSource(bits int) []expr.Any {
+	out := []expr.Any{e.loadAddr(true, reg1)}
+	if e.family == model.IPv6 && bits > 0 && bits < 128 {
+		out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 16,
+			Mask: nftplan.SourceMask(bits).AsSlice(), Xor: make([]byte, 16)})
+	}
+	return out
+}
+
+func (e *encoder) natFamily() uint32 {
+	if e.family == model.IPv6 {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
 }
 
 func (e *encoder) matchPrefix(m nftplan.MatchAddr) []expr.Any {
@@ -287,10 +368,7 @@ func (e *encoder) numgen(n nftplan.Numgen) []expr.Any {
 }
 
 func (e *encoder) dnat(d nftplan.DNAT) []expr.Any {
-	fam := uint32(unix.NFPROTO_IPV4)
-	if e.family == model.IPv6 {
-		fam = unix.NFPROTO_IPV6
-	}
+	fam := e.natFamily()
 	port := make([]byte, 2)
 	binary.BigEndian.PutUint16(port, d.To.Port())
 	return []expr.Any{

@@ -139,3 +139,39 @@ func TestFullApplyRewritesInPlace(t *testing.T) {
 		}
 	})
 }
+
+// The protection's statements (synproxy, notrack, ct count and limit in dynamic sets, the
+// identity DNAT) are accepted by the kernel in both families, read back by nft as written,
+// and go with the rest when the protection goes.
+func TestApplyProtection(t *testing.T) {
+	inNetns(t, func(ns string) {
+		k := New()
+		snap := demoSnapshot(mt.Annotate(model.ProtectionAnnotation,
+			"{synProxy: true, maxConnsPerSource: 64, newConnsPerSecond: 20}"))
+		if _, err := k.Apply(demoTables(snap), true); err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+		out := kerneltest.NFT(t, ns, "list", "ruleset")
+		for _, want := range []string{
+			"synproxy mss 1460 wscale 7 timestamp sack-perm", "synproxy mss 1440 wscale 7 timestamp sack-perm",
+			"notrack", "dnat to ip daddr", "dnat to ip6 daddr",
+			"ip saddr limit rate over 20/second burst 20 packets", "ip saddr ct count over 64",
+			"ip6 saddr & ffff:ffff:ffff:ffff:: ct count over 64",
+			"type filter hook prerouting priority raw", "type nat hook prerouting priority dstnat - 1",
+			"flags dynamic", "size 65535",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("nft list ruleset lacks %q", want)
+			}
+		}
+		if t.Failed() {
+			t.Log(out)
+		}
+		if _, err := k.Apply(demoTables(demoSnapshot()), false); err != nil {
+			t.Fatalf("apply without protection: %v", err)
+		}
+		if out := kerneltest.NFT(t, ns, "list", "ruleset"); strings.Contains(out, "synproxy") || strings.Contains(out, "protect") {
+			t.Errorf("the protection stayed:\n%s", out)
+		}
+	})
+}

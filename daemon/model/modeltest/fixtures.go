@@ -237,3 +237,13 @@ func BenchSlice(i, endpoints, shift int) *discovery.EndpointSlice {
 	}
 	return Slice("bench", name+"-0", name, "http", v1.ProtocolTCP, 8080, eps...)
 }
+
+// Annotate sets an annotation.
+func Annotate(key, value string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[key] = value
+	}
+}

@@ -49,6 +49,9 @@ const (
 func Build(snap *model.Snapshot, f model.Family, cfg plan.Config) *Table {
 	t := newTable(f)
 	t.base(cfg)
+	if AnyProtected(snap) {
+		t.protectionBase(cfg)
+	}
 	for _, sp := range snap.Sorted() {
 		if p, ok := plan.Policy(sp, f, cfg); ok {
 			t.servicePort(&p, cfg)
@@ -321,6 +324,7 @@ func (t *Table) servicePort(p *plan.PortPolicy, cfg plan.Config) {
 			t.AddElem(MapNoEndpointNodePts, k, VerdictFor(p.External), sp.Name)
 		}
 	}
+	t.protect(p)
 	// Source ranges of the other family only still close this family's LoadBalancer IPs:
 	// an operator who restricted sources never gets an open IPv6 door by accident. Ranges
 	// that could not be understood (SourcesClosed) close them to everyone.

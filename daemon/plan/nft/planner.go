@@ -32,6 +32,9 @@ type Planner struct {
 	claims map[string]map[Key]claim
 	// lineage and gen name the snapshot planned last (see model.Snapshot.Lineage).
 	lineage, gen uint64
+	// protected counts the protected service ports (Protected): the protection's base
+	// chains exist while there are any.
+	protected int
 }
 
 // claim counts the calls of Table.AddElem for one key of one set: n in all, same of them
@@ -107,8 +110,14 @@ func (p *Planner) Plan(snap *model.Snapshot, cfg plan.Config) *Table {
 		if f != nil {
 			drop(f)
 			delete(next, name)
+			if Protected(f.sp) {
+				p.protected--
+			}
 		}
 		if sp != nil {
+			if Protected(sp) {
+				p.protected++
+			}
 			f = planFragment(sp, p.Family, cfg)
 			next[name] = f
 			fresh = append(fresh, f)
@@ -128,6 +137,10 @@ func (p *Planner) Plan(snap *model.Snapshot, cfg plan.Config) *Table {
 			}
 		}
 	}
+	if _, had := last.Chains[ChainProtectCheck]; had != (p.protected > 0) {
+		// The protection's base chains come or go: the whole table is planned again.
+		return p.planAll(snap, cfg)
+	}
 	for _, f := range fresh {
 		for _, c := range f.chains {
 			t.Chains[c.Name] = c
@@ -144,6 +157,9 @@ func (p *Planner) Plan(snap *model.Snapshot, cfg plan.Config) *Table {
 		// in order, so that conflicts settle as in a plan from scratch.
 		shared := newTable(p.Family)
 		shared.base(cfg)
+		if p.protected > 0 {
+			shared.protectionBase(cfg)
+		}
 		for name, s := range shared.Sets {
 			if !sharedSets[name] {
 				t.Sets[name] = s
@@ -373,6 +389,15 @@ func (p *Planner) planAll(snap *model.Snapshot, cfg plan.Config) *Table {
 	}
 	t := newTable(p.Family)
 	t.base(cfg)
+	p.protected = 0
+	for _, sp := range snap.Ports.All() {
+		if Protected(sp) {
+			p.protected++
+		}
+	}
+	if p.protected > 0 {
+		t.protectionBase(cfg)
+	}
 	next := make(map[model.ServicePortName]*fragment, snap.Ports.Len())
 	refs := map[string]map[Key]int{}
 	for name := range sharedSets {

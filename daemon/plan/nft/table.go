@@ -109,7 +109,8 @@ type Set struct {
 	Key     KeyKind
 	Map     bool
 	Dynamic bool   // filled by the data path (affinity); the backend never rewrites elements
-	Timeout uint32 // seconds, for dynamic sets
+	Timeout uint32 // seconds, for dynamic sets; 0 for none
+	Size    uint32 // the most elements a dynamic set holds; 0 for the kernel's default
 	Elems   []Elem
 	// Dispatch is the Service whose dispatch uses the set (affinity), as for chains.
 	Dispatch model.ServiceName
@@ -221,7 +222,62 @@ type (
 	RejectStmt struct{ TCPReset bool }
 	// Do ends a rule with a verdict.
 	Do struct{ Verdict }
+
+	// MatchCtState matches when the connection's state is one of States.
+	MatchCtState struct{ States CtStates }
+	// MatchSynOnly matches a TCP packet with SYN set and FIN, RST and ACK clear: a
+	// handshake's first packet. MatchNotSyn matches a TCP packet without SYN.
+	MatchSynOnly struct{}
+	MatchNotSyn  struct{}
+	// Notrack keeps the packet out of connection tracking (raw priority only).
+	Notrack struct{}
+	// SynProxy answers a SYN with a SYN cookie and, once the client's ACK proves the
+	// cookie, opens the connection to the destination itself (nftables synproxy).
+	SynProxy struct {
+		MSS    uint16
+		WScale uint8
+	}
+	// DNATSelf binds the connection's destination NAT to the destination it has: the
+	// kernel then runs no later NAT chain of the hook for it.
+	DNATSelf struct{}
+	// OverSourceRate matches when the packet's source (an IPv4 address, or an IPv6
+	// address's first SourceBits bits) opens connections faster than Rate a second with
+	// bursts of Burst, per the dynamic set Set.
+	OverSourceRate struct {
+		Set         string
+		Rate, Burst uint32
+		SourceBits  int
+	}
+	// OverSourceConns counts the connection against its source in the dynamic set Set
+	// and matches when the source holds more than Max.
+	OverSourceConns struct {
+		Set        string
+		Max        uint32
+		SourceBits int
+	}
 )
+
+// CtStates is a set of conntrack states.
+type CtStates uint8
+
+const (
+	CtInvalid CtStates = 1 << iota
+	CtNew
+	CtUntracked
+)
+
+func (s CtStates) String() string {
+	var out []string
+	for _, st := range []struct {
+		bit  CtStates
+		name string
+	}{{CtInvalid, "invalid"}, {CtNew, "new"}, {CtUntracked, "untracked"}} {
+		if s&st.bit != 0 {
+			out = append(out, st.name)
+		}
+	}
+	return strings.Join(out, ",")
+}
 
 func addrKeyword(f model.Family) string {
 	if f == model.IPv6 {
@@ -293,7 +349,41 @@ func (r RejectStmt) nft(model.Family) string {
 	}
 	return "reject"
 }
-func (d Do) nft(model.Family) string { return d.String() }
+func (d Do) nft(model.Family) string           { return d.String() }
+func (m MatchCtState) nft(model.Family) string { return "ct state " + m.States.String() }
+func (MatchSynOnly) nft(model.Family) string {
+	return "tcp flags & (fin|syn|rst|ack) == syn"
+}
+func (MatchNotSyn) nft(model.Family) string { return "tcp flags & syn == 0" }
+func (Notrack) nft(model.Family) string     { return "notrack" }
+func (s SynProxy) nft(model.Family) string {
+	return fmt.Sprintf("synproxy mss %d wscale %d timestamp sack-perm", s.MSS, s.WScale)
+}
+func (DNATSelf) nft(f model.Family) string { return "dnat to " + addrKeyword(f) + " daddr" }
+func (o OverSourceRate) nft(f model.Family) string {
+	return fmt.Sprintf("update @%s { %s limit rate over %d/second burst %d packets }", o.Set, sourceKey(f, o.SourceBits), o.Rate, o.Burst)
+}
+func (o OverSourceConns) nft(f model.Family) string {
+	return fmt.Sprintf("add @%s { %s ct count over %d }", o.Set, sourceKey(f, o.SourceBits), o.Max)
+}
+
+// sourceKey is the source address, masked to its first bits when they are fewer than all.
+func sourceKey(f model.Family, bits int) string {
+	k := addrKeyword(f) + " saddr"
+	if bits <= 0 || f == model.IPv4 || bits >= 128 {
+		return k
+	}
+	return k + " & " + SourceMask(bits).String()
+}
+
+// SourceMask is the IPv6 address with the first bits set: a prefix's mask.
+func SourceMask(bits int) netip.Addr {
+	var b [16]byte
+	for i := range min(bits, 128) {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	return netip.AddrFrom16(b)
+}
 
 func keyExpr(k KeyKind, f model.Family) string {
 	switch k {
@@ -399,8 +489,14 @@ func (t *Table) Dump() string {
 			kw, typ = "map", typ+" : verdict"
 		}
 		fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s\n", kw, s.Name, typ)
-		if s.Dynamic {
+		switch {
+		case s.Dynamic && s.Timeout > 0:
 			fmt.Fprintf(&b, "\t\tflags dynamic,timeout\n\t\ttimeout %ds\n", s.Timeout)
+		case s.Dynamic:
+			b.WriteString("\t\tflags dynamic\n")
+		}
+		if s.Size > 0 {
+			fmt.Fprintf(&b, "\t\tsize %d\n", s.Size)
 		}
 		for _, e := range s.sortedElems() {
 			if s.Map {

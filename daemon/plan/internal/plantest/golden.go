@@ -61,13 +61,13 @@ func GoldenFixtures() map[string][]any {
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current plans")
 
 // GoldenDumps keeps testdata/<fixture>-<family>.golden: the dump of each fixture's plan,
-// in IPv4 and, for "web", IPv6 (the other fixtures are IPv4 only), so a layout change shows
+// in IPv4 and, for "web" and "protected", IPv6 (the other fixtures are IPv4 only), so a layout change shows
 // up as a readable diff. The packet-flow tests say whether traffic still goes where it
 // should; these say what the kernel is given. go test's -update flag rewrites them.
 func GoldenDumps(t *testing.T, fixtures map[string][]any, dump func(t *testing.T, f model.Family, objs ...any) string) {
 	for name, objs := range fixtures {
 		for _, f := range []model.Family{model.IPv4, model.IPv6} {
-			if f == model.IPv6 && name != "web" {
+			if f == model.IPv6 && name != "web" && name != "protected" {
 				continue
 			}
 			file := filepath.Join("testdata", name+"-"+f.String()+".golden")

@@ -26,6 +26,9 @@ type Packet struct {
 	// fromNode: sent by a process on the node (output path) rather than arriving from
 	// outside (prerouting path).
 	fromNode bool
+	// notSyn: a TCP packet without SYN that conntrack has no entry for (a handshake's
+	// last ACK, or a flow picked up in mid-stream); every other TCP packet is a SYN.
+	notSyn bool
 }
 
 // Pkt builds a packet from outside; proto defaults to TCP.
@@ -35,6 +38,9 @@ func Pkt(src, dst string, dport uint16) Packet {
 
 func (p Packet) UDP() Packet   { p.proto = model.UDP; return p }
 func (p Packet) Local() Packet { p.fromNode = true; return p }
+
+// NotSyn makes the packet a TCP packet without SYN that starts no tracked connection.
+func (p Packet) NotSyn() Packet { p.notSyn = true; return p }
 
 func (p Packet) String() string {
 	from := "outside"
@@ -49,6 +55,8 @@ const (
 	Accept = "ACCEPT" // left untouched
 	Reject = "REJECT"
 	Drop   = "DROP"
+	// SynProxied: the kernel's synproxy answered (a SYN) or took (an ACK) the packet.
+	SynProxied = "SYNPROXY"
 )
 
 // Outcome is what happened to a packet: "ACCEPT", "REJECT", "DROP", or the endpoint it was
@@ -91,6 +99,7 @@ const (
 	endAccept                 // accept verdict, or a NAT statement ended the base chain
 	endDrop
 	endReject
+	endSynProxy
 )
 
 // run is one packet's walk; it owns the packet's mutable state.
@@ -102,6 +111,11 @@ type run struct {
 	dynamic addrSets
 	counted []string // the counters passed, in order
 	depth   int
+	// untracked: notrack took the packet out of conntrack, so no NAT chain sees it and
+	// its state is "untracked". natBound lists the hooks whose NAT chains are done with
+	// the connection (a NAT statement bound it; the kernel runs no later one).
+	untracked bool
+	natBound  map[string]bool
 }
 
 func lastEndpointCounter(counted []string) string {
@@ -176,7 +190,7 @@ func (tr *NFTTracer) Results(p Packet) []string {
 // is delivered locally (over loopback).
 func (tr *NFTTracer) walk(p Packet, choose func(uint32) uint32, dynamic addrSets) Outcome {
 	tr.t.Helper()
-	r := &run{packetState: packetState{p: p}, tr: tr, choose: choose, dynamic: dynamic}
+	r := &run{packetState: packetState{p: p}, tr: tr, choose: choose, dynamic: dynamic, natBound: map[string]bool{}}
 	tr.checkBaseChains()
 	var hooks []string
 	if p.fromNode {
@@ -186,11 +200,16 @@ func (tr *NFTTracer) walk(p Packet, choose func(uint32) uint32, dynamic addrSets
 	}
 	for i := 0; i < len(hooks); i++ {
 		for _, c := range tr.baseChains(hooks[i]) {
+			if c.Hook.Type == "nat" && (r.untracked || r.natBound[c.Hook.Hook]) {
+				continue
+			}
 			switch r.base(c) {
 			case endDrop:
 				return r.outcome(Drop)
 			case endReject:
 				return r.outcome(Reject)
+			case endSynProxy:
+				return r.outcome(SynProxied)
 			}
 		}
 		switch {
@@ -274,7 +293,50 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 	for _, s := range rule {
 		switch s := s.(type) {
 		case nft.CtStateNew:
-			// Every traced packet starts a new connection.
+			// Every traced packet starts a new connection, unless it was not tracked.
+			if r.untracked {
+				return endContinue, false
+			}
+		case nft.MatchCtState:
+			st := nft.CtNew
+			if r.untracked {
+				st = nft.CtUntracked
+			}
+			if s.States&st == 0 {
+				return endContinue, false
+			}
+		case nft.MatchSynOnly:
+			if r.p.proto != model.TCP || r.p.notSyn {
+				return endContinue, false
+			}
+		case nft.MatchNotSyn:
+			if r.p.proto != model.TCP || !r.p.notSyn {
+				return endContinue, false
+			}
+		case nft.Notrack:
+			if r.hook.Hook != "prerouting" && r.hook.Hook != "output" || r.hook.Priority > -200 {
+				r.tr.fail("tracer: %s: notrack after conntrack (%s priority %d)", c.Name, r.hook.Hook, r.hook.Priority)
+			}
+			r.untracked = true
+		case nft.SynProxy:
+			if r.hook.Type != "filter" || (r.hook.Hook != "input" && r.hook.Hook != "forward") {
+				r.tr.fail("tracer: %s: synproxy in a %s %s chain", c.Name, r.hook.Type, r.hook.Hook)
+			}
+			if r.p.proto != model.TCP {
+				return endContinue, false
+			}
+			fired()
+			return endSynProxy, true
+		case nft.DNATSelf:
+			if r.hook.Type != "nat" {
+				r.tr.fail("tracer: %s: dnat in a %s chain", c.Name, r.hook.Type)
+			}
+			fired()
+			r.natBound[r.hook.Hook] = true
+			return endAccept, true
+		case nft.OverSourceRate, nft.OverSourceConns:
+			// One traced connection is never over a limit.
+			return endContinue, false
 		case nft.CtStatusDNAT:
 			if !r.dnat.IsValid() {
 				return endContinue, false
@@ -385,6 +447,7 @@ func (r *run) rule(c *nft.Chain, rule nft.Rule) (f ending, done bool) {
 			}
 			fired()
 			r.dnat = s.To
+			r.natBound[r.hook.Hook] = true
 			return endAccept, true
 		case nft.Masquerade:
 			if r.hook.Type != "nat" || r.hook.Hook != "postrouting" {
@@ -468,7 +531,12 @@ func (r *run) inKeySet(m nft.MatchKeySet) bool {
 	if s.Map || s.Key != m.Key {
 		r.tr.fail("tracer: %q: lookup in %q, a set of another key", nft.Rule{m}.String(r.tr.table.Family), m.Set)
 	}
-	if m.Key != nft.KeyHairpin {
+	switch m.Key {
+	case nft.KeyAddrProtoPort, nft.KeyProtoPort:
+		_, ok := r.lookup(s)
+		return ok
+	case nft.KeyHairpin:
+	default:
 		r.tr.fail("tracer: lookups of key kind %d are unknown to the tracer; teach it", m.Key)
 	}
 	src := r.p.src
