@@ -1,0 +1,159 @@
+package labtest
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/lab"
+)
+
+// protection sets the Service's edgegate.dev/protection annotation.
+func protection(spec string) serviceMod {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[model.ProtectionAnnotation] = spec
+	}
+}
+
+// The flood: spoofed sources of 10.201.0.0/16 from client-2 (the gateway routes them back
+// to it, so its SYN-ACKs go nowhere else), far above the legitimate client's 40
+// connections a second from client-1. The flooder and its packets' processing are on one
+// CPU, the client on the other.
+const (
+	floodSources = "10.201.0.0/16"
+	floodCount   = 120000
+	floodRate    = 40000
+	legitConns   = 150
+	legitEvery   = 25 * time.Millisecond
+)
+
+type floodFigures struct {
+	flood            lab.FloodResult
+	answered, probes int
+	p50, p99, max    time.Duration
+	conntrackGrowth  int // peak entries in the gateway's table during the flood, above before
+	synReceived      uint64
+}
+
+func (f floodFigures) String() string {
+	return fmt.Sprintf("%d SYNs at %.0f/s; legitimate: %d of %d answered (%.1f%%), connect+reply p50 %v p99 %v max %v; gateway conntrack +%d entries; synproxy SYNs %d",
+		f.flood.Sent, f.flood.Rate(), f.answered, f.probes, 100*float64(f.answered)/float64(f.probes),
+		f.p50.Round(time.Microsecond), f.p99.Round(time.Microsecond), f.max.Round(time.Microsecond), f.conntrackGrowth, f.synReceived)
+}
+
+// floodWhileProbing runs the flood against target while client-1 probes it, and measures.
+func floodWhileProbing(t *testing.T, l *lab.Lab, target string) floodFigures {
+	t.Helper()
+	var f floodFigures
+	before, err := l.Gateway.ConntrackCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spBefore, err := l.Gateway.SynProxyStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var floodErr error
+	done := make(chan struct{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		f.flood, floodErr = l.Client2.SYNFlood(lab.FloodOptions{Target: netip.MustParseAddrPort(target),
+			Sources: netip.MustParsePrefix(floodSources), Count: floodCount, Rate: floodRate, CPU: 1})
+	}()
+	peak := before
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if n, err := l.Gateway.ConntrackCount(); err == nil && n > peak {
+				peak = n
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the flood under way
+	results, err := l.Client.ProbeEvery(target, legitConns, legitEvery, 0)
+	wg.Wait()
+	if err != nil || floodErr != nil {
+		t.Fatalf("probes: %v; flood: %v", err, floodErr)
+	}
+	spAfter, err := l.Gateway.SynProxyStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conntrackGrowth, f.synReceived = peak-before, spAfter.SynReceived-spBefore.SynReceived
+	var took []time.Duration
+	for _, r := range results {
+		f.probes++
+		if r.Outcome == lab.Answered {
+			f.answered++
+			took = append(took, r.Took)
+		} else {
+			t.Logf("%s: legitimate connection: %v", target, r)
+		}
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	if n := len(took); n > 0 {
+		f.p50, f.p99, f.max = took[n/2], took[min(n-1, n*99/100)], took[n-1]
+	}
+	return f
+}
+
+// TestSYNFlood floods a SYN-proxied LoadBalancer IP and an unprotected one of the same
+// gateway with spoofed SYNs. Behind the synproxy the flood leaves the gateway's conntrack
+// table alone and at least 99% of a legitimate client's connections made during it are
+// answered; the unprotected address's figures are logged for comparison, and its flood
+// must have reached the conntrack table (or the comparison would mean nothing).
+func TestSYNFlood(t *testing.T) {
+	l := New(t, lab.Options{Prefix: "egf"})
+	dir := ManifestDir(t.TempDir())
+	guarded := service("guarded", []string{"10.96.0.41"}, loadBalancer(30041, "203.0.113.41"), protection("{synProxy: true}"))
+	open := service("open", []string{"10.96.0.40"}, loadBalancer(30040, "203.0.113.40"))
+	dir.Write(t, "guarded", manifests(guarded, slice(guarded, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	dir.Write(t, "open", manifests(open, slice(open, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
+	Exec(t, l.Gateway, "ip", "route", "add", floodSources, "via", l.Client2.IPv4.String())
+	for _, addr := range []string{"203.0.113.41:80", "203.0.113.40:80", lab.NodeIPv4.String() + ":30041"} {
+		eventually(t, 10*time.Second, addr+" answers", func() (bool, string) {
+			r := l.Client.Probe(addr)
+			return r.Outcome == lab.Answered, r.String()
+		})
+	}
+
+	g := floodWhileProbing(t, l, "203.0.113.41:80")
+	t.Logf("SYN-proxied: %v", g)
+	if g.flood.Sent != floodCount {
+		t.Errorf("SYN-proxied: the flood sent %d of %d SYNs", g.flood.Sent, floodCount)
+	}
+	if float64(g.answered) < 0.99*float64(g.probes) {
+		t.Errorf("SYN-proxied: %d of %d legitimate connections answered during the flood, want 99%%", g.answered, g.probes)
+	}
+	if g.conntrackGrowth > 1000 {
+		t.Errorf("SYN-proxied: the gateway's conntrack table grew by %d entries during the flood", g.conntrackGrowth)
+	}
+	if g.synReceived < uint64(floodCount)*9/10 {
+		t.Errorf("SYN-proxied: the synproxy saw %d SYNs of %d sent", g.synReceived, floodCount)
+	}
+
+	o := floodWhileProbing(t, l, "203.0.113.40:80")
+	t.Logf("unprotected: %v", o)
+	if o.conntrackGrowth < floodCount/2 {
+		t.Errorf("unprotected: the flood added only %d entries to the gateway's conntrack table: the comparison means nothing", o.conntrackGrowth)
+	}
+}
