@@ -3,7 +3,9 @@ package labtest
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,5 +157,73 @@ func TestSYNFlood(t *testing.T) {
 	t.Logf("unprotected: %v", o)
 	if o.conntrackGrowth < floodCount/2 {
 		t.Errorf("unprotected: the flood added only %d entries to the gateway's conntrack table: the comparison means nothing", o.conntrackGrowth)
+	}
+}
+
+// TestSourceLimits: a source holding maxConnsPerSource connections has its next one
+// refused, while another source still connects; a source opening connections faster than
+// newConnsPerSecond has the excess refused. Both refusals are counted in the rules'
+// counters, which nft shows.
+func TestSourceLimits(t *testing.T) {
+	l := New(t, lab.Options{Prefix: "egs"})
+	dir := ManifestDir(t.TempDir())
+	capped := service("capped", []string{"10.96.0.42"}, loadBalancer(30042, "203.0.113.42"), protection("{maxConnsPerSource: 4}"))
+	paced := service("paced", []string{"10.96.0.43"}, loadBalancer(30043, "203.0.113.43"), protection("{newConnsPerSecond: 2, newConnsBurst: 5}"))
+	dir.Write(t, "capped", manifests(capped, slice(capped, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	dir.Write(t, "paced", manifests(paced, slice(paced, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
+	eventually(t, 10*time.Second, "capped answers", func() (bool, string) {
+		r := l.Client2.Probe("203.0.113.42:80")
+		return r.Outcome == lab.Answered, r.String()
+	})
+
+	var held []*lab.HTTPConn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := range 4 {
+		c, err := l.Client.OpenHTTP("203.0.113.42:80")
+		if err != nil {
+			t.Fatalf("connection %d of 4 to the capped address: %v", i+1, err)
+		}
+		if _, err := c.Ask(); err != nil {
+			t.Fatalf("connection %d of 4 to the capped address: %v", i+1, err)
+		}
+		held = append(held, c)
+	}
+	if r := l.Client.Probe("203.0.113.42:80"); r.Outcome != lab.Refused {
+		t.Errorf("a fifth connection from client-1 while it holds four: %v, want refused", r)
+	}
+	if r := l.Client2.Probe("203.0.113.42:80"); r.Outcome != lab.Answered {
+		t.Errorf("client-2 while client-1 holds its four: %v, want answered", r)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	eventually(t, 5*time.Second, "client-1 connects again once it holds none", func() (bool, string) {
+		r := l.Client.Probe("203.0.113.42:80")
+		return r.Outcome == lab.Answered, r.String()
+	})
+
+	outcomes := map[lab.Outcome]int{}
+	for range 20 {
+		outcomes[l.Client.Probe("203.0.113.43:80").Outcome]++
+	}
+	// The burst of 5 and at most a couple more at 2 a second pass; the rest are refused.
+	if outcomes[lab.Answered] < 5 || outcomes[lab.Answered] > 10 || outcomes[lab.Refused] != 20-outcomes[lab.Answered] {
+		t.Errorf("20 quick connections to the paced address: %v, want 5 to 10 answered, the rest refused", outcomes)
+	}
+	out := Exec(t, l.Gateway, "nft", "list", "ruleset")
+	for _, want := range []string{`comment "refused-conns-`, `comment "refused-rate-`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nft list ruleset lacks %s", want)
+		}
+	}
+	if !regexp.MustCompile(`counter packets [1-9][0-9]* bytes [0-9]+ goto reject-chain comment "refused-conns-`).MatchString(out) ||
+		!regexp.MustCompile(`counter packets [1-9][0-9]* bytes [0-9]+ goto reject-chain comment "refused-rate-`).MatchString(out) {
+		t.Errorf("the refusals are not counted:\n%s", out)
 	}
 }
