@@ -168,16 +168,40 @@ func (d *Daemon) synced(h *Host) bool {
 	if err != nil || code != 200 {
 		return false
 	}
-	var synced, queued float64
+	m := parseMetrics(body)
+	synced, queued := m["edgegate_sync_proxy_rules_last_timestamp_seconds"], m["edgegate_sync_proxy_rules_last_queued_timestamp_seconds"]
+	return synced > 0 && synced >= queued
+}
+
+// Metrics scrapes the daemon's metrics from h: each sample by its series, labels as the
+// exposition writes them (`name{a="x",b="y"}`).
+func (d *Daemon) Metrics(h *Host) (map[string]float64, error) {
+	if d.metricsURL == "" {
+		return nil, fmt.Errorf("edgegate (pid %d) serves no metrics", d.PID)
+	}
+	code, body, err := h.Fetch(d.metricsURL)
+	if err != nil {
+		return nil, err
+	}
+	if code != 200 {
+		return nil, fmt.Errorf("%s: status %d", d.metricsURL, code)
+	}
+	return parseMetrics(body), nil
+}
+
+func parseMetrics(body string) map[string]float64 {
+	out := map[string]float64{}
 	for line := range strings.Lines(body) {
-		if v, ok := strings.CutPrefix(line, "edgegate_sync_proxy_rules_last_timestamp_seconds "); ok {
-			synced, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
 		}
-		if v, ok := strings.CutPrefix(line, "edgegate_sync_proxy_rules_last_queued_timestamp_seconds "); ok {
-			queued, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); i > 0 && err == nil {
+			out[line[:i]] = v
 		}
 	}
-	return synced > 0 && synced >= queued
+	return out
 }
 
 // DaemonArgs are the flags the traffic matrix (package labtest) starts edgegate with in the

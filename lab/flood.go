@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
 )
 
 // A bounded SYN flood from a lab host, and a legitimate client's connections during it,
@@ -198,38 +200,17 @@ func (h *Host) ConntrackCount() (int, error) {
 	return n, err
 }
 
-// SynProxyStats are the kernel's synproxy counters of a namespace (/proc/net/stat/synproxy,
-// summed over CPUs).
-type SynProxyStats struct {
-	SynReceived, CookieInvalid, CookieValid, CookieRetrans, ConnReopened uint64
-}
-
-// SynProxyStats reads h's synproxy counters.
-func (h *Host) SynProxyStats() (SynProxyStats, error) {
-	var s SynProxyStats
+// SynProxyStats reads the synproxy counters of h's namespace.
+func (h *Host) SynProxyStats() (conntrack.SynProxyStats, error) {
 	b, err := h.ReadProcNet(filepath.Join("stat", "synproxy"))
 	if err != nil {
-		return s, err
+		return conntrack.SynProxyStats{}, err
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	for _, line := range lines[1:] { // the first line names the columns
-		f := strings.Fields(line)
-		if len(f) < 6 {
-			return s, fmt.Errorf("/proc/net/stat/synproxy: line %q", line)
-		}
-		var v [6]uint64
-		for i := range v {
-			if v[i], err = strconv.ParseUint(f[i], 16, 64); err != nil {
-				return s, fmt.Errorf("/proc/net/stat/synproxy: %w", err)
-			}
-		}
-		s.SynReceived += v[1]
-		s.CookieInvalid += v[2]
-		s.CookieValid += v[3]
-		s.CookieRetrans += v[4]
-		s.ConnReopened += v[5]
+	sp, err := conntrack.ParseSynProxy(b)
+	if err != nil {
+		return sp, fmt.Errorf("/proc/net/stat/synproxy: %w", err)
 	}
-	return s, nil
+	return sp, nil
 }
 
 // askOnce asks the backend behind c who it is.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/plan"
 	"github.com/edgegate/edgegate/daemon/proxy"
 	"github.com/edgegate/edgegate/daemon/runner"
+	"github.com/edgegate/edgegate/daemon/view"
 )
 
 // The proxy and its sync loop: the configured mode's dataplane (the others' leftovers
@@ -79,6 +81,8 @@ type proxyPart struct {
 	tracker   *model.Tracker
 	proxier   *proxy.Proxier
 	allowList *mgmt.Kernel
+	// programmed is the snapshot the kernel holds, nil before the first sync.
+	programmed atomic.Pointer[model.Snapshot]
 }
 
 // newProxy opens the configured mode's dataplane, removes what the other modes left
@@ -88,6 +92,7 @@ func newProxy(cfg Config, pc plan.Config, pp proxyParts, log *slog.Logger) (*pro
 	if err != nil {
 		return nil, err
 	}
+	views := dp // the dashboard's recorder below hides the mode's own views
 	// Whatever another mode left behind (a restart with a different --proxy-mode) goes first,
 	// so two modes never translate the same traffic.
 	for _, o := range others {
@@ -109,10 +114,43 @@ func newProxy(cfg Config, pc plan.Config, pp proxyParts, log *slog.Logger) (*pro
 		HealthCheck: pp.healthCheck, Log: log.With("component", "proxy"), Config: pc,
 		Families: families, FullSyncPeriod: cfg.FullSyncPeriod.Duration, Now: time.Now,
 	}
-	if pp.lbs != nil {
-		p.Programmed = pp.lbs.programmed
+	part := &proxyPart{tracker: tracker, proxier: p, allowList: mk}
+	p.Programmed = func(snap *model.Snapshot) {
+		part.programmed.Store(snap)
+		if pp.lbs != nil {
+			pp.lbs.programmed(snap)
+		}
 	}
-	return &proxyPart{tracker: tracker, proxier: p, allowList: mk}, nil
+	pp.metrics.WatchKernel(metrics.KernelSources{Conntrack: readConntrack, Refusals: part.refusals(views)})
+	return part, nil
+}
+
+func readConntrack() (conntrack.Stats, error) { return conntrack.ReadStats(conntrack.Host) }
+
+// refusals reads the protected service ports' refusals from a dataplane that shows them
+// (nftables mode), for the programmed snapshot; nil for another.
+func (pp *proxyPart) refusals(dp proxy.Dataplane) func() (map[string]view.Refusals, error) {
+	v, ok := dp.(proxy.Viewer)
+	if !ok {
+		return nil
+	}
+	prot, ok := v.OperatorViews().(view.Protected)
+	if !ok {
+		return nil
+	}
+	return func() (map[string]view.Refusals, error) {
+		snap := pp.programmed.Load()
+		if snap == nil {
+			return nil, nil
+		}
+		return prot.Refusals(snap)
+	}
+}
+
+// conntrackUnit logs when the connection tracking table fills (conntrackWatch).
+func conntrackUnit(log *slog.Logger) Unit {
+	w := &conntrackWatch{log: log.With("component", "conntrack"), repeat: time.Minute}
+	return Unit{Name: "conntrack-watch", Policy: Restart, Run: func(ctx context.Context) error { return w.run(ctx, readConntrack) }}
 }
 
 // syncLoop runs the proxier's syncs: batched after the source's changes, periodic, and

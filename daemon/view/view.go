@@ -22,11 +22,30 @@ type Source interface {
 	Traffic(snap *model.Snapshot) (map[string]ServiceTraffic, error)
 }
 
+// Protected is implemented by a Source whose mode protects exposed addresses (nftables).
+type Protected interface {
+	// Refusals reads, by "namespace/name:port", the cumulative refusals of the service
+	// ports of snap that have per-source limits.
+	Refusals(snap *model.Snapshot) (map[string]Refusals, error)
+}
+
 // ServiceTraffic is the cumulative count of one service port and of each of its backends
 // (keyed by endpoint address:port).
 type ServiceTraffic struct {
 	BackendTraffic
 	Backends map[string]BackendTraffic `json:"backends"`
+	// Refused counts the new connections the port's protection refused (nil for a port
+	// without per-source limits).
+	Refused *Refusals `json:"refused,omitempty"`
+}
+
+// Refusals are the new connections a protected service port refused, by the limit that
+// refused them.
+type Refusals struct {
+	// Rate: the source opened connections faster than newConnsPerSecond allows.
+	Rate uint64 `json:"rate"`
+	// Conns: the source already held maxConnsPerSource connections.
+	Conns uint64 `json:"conns"`
 }
 
 // BackendTraffic is a cumulative count. Connections is new connections. The nftables

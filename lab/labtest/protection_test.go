@@ -129,7 +129,7 @@ func TestSYNFlood(t *testing.T) {
 	open := service("open", []string{"10.96.0.40"}, loadBalancer(30040, "203.0.113.40"))
 	dir.Write(t, "guarded", manifests(guarded, slice(guarded, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	dir.Write(t, "open", manifests(open, slice(open, discovery.AddressTypeIPv4, ready(1, 2, 3))))
-	StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
+	d := StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
 	Exec(t, l.Gateway, "ip", "route", "add", floodSources, "via", l.Client2.IPv4.String())
 	for _, addr := range []string{"203.0.113.41:80", "203.0.113.40:80", lab.NodeIPv4.String() + ":30041"} {
 		eventually(t, 10*time.Second, addr+" answers", func() (bool, string) {
@@ -152,11 +152,27 @@ func TestSYNFlood(t *testing.T) {
 	if g.synReceived < uint64(floodCount)*9/10 {
 		t.Errorf("SYN-proxied: the synproxy saw %d SYNs of %d sent", g.synReceived, floodCount)
 	}
+	m, err := d.Metrics(l.Gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := m["edgegate_synproxy_syns_total"]; v < float64(g.synReceived) {
+		t.Errorf("edgegate_synproxy_syns_total = %v after the synproxy answered %d", v, g.synReceived)
+	}
+	if m["edgegate_synproxy_cookies_valid_total"] < float64(g.answered) {
+		t.Errorf("edgegate_synproxy_cookies_valid_total = %v after %d answered connections", m["edgegate_synproxy_cookies_valid_total"], g.answered)
+	}
 
 	o := floodWhileProbing(t, l, "203.0.113.40:80")
 	t.Logf("unprotected: %v", o)
 	if o.conntrackGrowth < floodCount/2 {
 		t.Errorf("unprotected: the flood added only %d entries to the gateway's conntrack table: the comparison means nothing", o.conntrackGrowth)
+	}
+	if m, err = d.Metrics(l.Gateway); err != nil {
+		t.Fatal(err)
+	}
+	if v := m["edgegate_conntrack_entries"]; v < floodCount/2 || m["edgegate_conntrack_max"] < v {
+		t.Errorf("after the unprotected flood: edgegate_conntrack_entries %v of edgegate_conntrack_max %v", v, m["edgegate_conntrack_max"])
 	}
 }
 
@@ -171,7 +187,7 @@ func TestSourceLimits(t *testing.T) {
 	paced := service("paced", []string{"10.96.0.43"}, loadBalancer(30043, "203.0.113.43"), protection("{newConnsPerSecond: 2, newConnsBurst: 5}"))
 	dir.Write(t, "capped", manifests(capped, slice(capped, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	dir.Write(t, "paced", manifests(paced, slice(paced, discovery.AddressTypeIPv4, ready(1, 2, 3))))
-	StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
+	d := StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
 	eventually(t, 10*time.Second, "capped answers", func() (bool, string) {
 		r := l.Client2.Probe("203.0.113.42:80")
 		return r.Outcome == lab.Answered, r.String()
@@ -225,5 +241,14 @@ func TestSourceLimits(t *testing.T) {
 	if !regexp.MustCompile(`counter packets [1-9][0-9]* bytes [0-9]+ goto reject-chain comment "refused-conns-`).MatchString(out) ||
 		!regexp.MustCompile(`counter packets [1-9][0-9]* bytes [0-9]+ goto reject-chain comment "refused-rate-`).MatchString(out) {
 		t.Errorf("the refusals are not counted:\n%s", out)
+	}
+	m, err := d.Metrics(l.Gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := m[`edgegate_protection_refused_connections_total{reason="conns",service_port="matrix/capped:p"}`]
+	rate := m[`edgegate_protection_refused_connections_total{reason="rate",service_port="matrix/paced:p"}`]
+	if conns < 1 || rate != float64(outcomes[lab.Refused]) {
+		t.Errorf("refusals in the metrics: conns %v (want 1 or more), rate %v (want %d)", conns, rate, outcomes[lab.Refused])
 	}
 }

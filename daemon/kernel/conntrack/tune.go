@@ -28,11 +28,11 @@ type Tuning struct {
 // DefaultTuning is kube-proxy's default.
 var DefaultTuning = Tuning{MaxPerCore: 32768, Min: 131072, TCPEstablished: 24 * time.Hour, TCPCloseWait: time.Hour}
 
-// Files are the roots of /proc/sys and /sys (tests use temporary directories).
-type Files struct{ ProcSys, Sys string }
+// Files are the roots of /proc/sys, /sys and /proc/net (tests use temporary directories).
+type Files struct{ ProcSys, Sys, ProcNet string }
 
 // Host is the running kernel's.
-var Host = Files{ProcSys: "/proc/sys", Sys: "/sys"}
+var Host = Files{ProcSys: "/proc/sys", Sys: "/sys", ProcNet: "/proc/net"}
 
 // Change is one setting Tune made.
 type Change struct{ Name, From, To string }

@@ -13,7 +13,7 @@ import (
 
 type fakeCounters map[model.Family]map[string]view.BackendTraffic
 
-func (f fakeCounters) Counters(fam model.Family, tables func(string) bool) (map[string]view.BackendTraffic, error) {
+func (f fakeCounters) Counters(fam model.Family, tables, _ func(string) bool) (map[string]view.BackendTraffic, error) {
 	if !tables(nftplan.TableName) {
 		return nil, nil
 	}

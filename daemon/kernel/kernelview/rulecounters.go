@@ -14,7 +14,8 @@ import (
 	"github.com/edgegate/edgegate/daemon/view"
 )
 
-// Counters reads the counters of the rules of the tables of family f that tables accepts,
+// Counters reads the counters of the rules of the chains that chains accepts in the tables
+// of family f that tables accepts,
 // each under its rule's comment (the plan labels every counter so, see plan.Counter; the
 // same comment in several tables sums); missing tables have none. It lists the tables'
 // chains, then dumps each chain's rules: one dump of the whole table costs the
@@ -22,7 +23,7 @@ import (
 // message buffer; 4.8 s at 10,000 Services x 10 endpoints), a chain's dump only that
 // chain's. Messages are read through a fixed buffer and only comments and counters are
 // decoded.
-func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[string]view.BackendTraffic, error) {
+func (Kernel) Counters(f model.Family, tables, chains func(name string) bool) (map[string]view.BackendTraffic, error) {
 	d, closeFn, err := openDumper()
 	if err != nil {
 		return nil, err
@@ -30,11 +31,11 @@ func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[strin
 	defer closeFn()
 	family := byte(tableFamily(f))
 	d.family = family
-	var chains [][2]string // table, chain
+	var picked [][2]string // table, chain
 	err = d.dump(unix.NFT_MSG_GETCHAIN, nil, func(data []byte) error {
 		t, c, err := chainOf(data)
-		if tables(t) {
-			chains = append(chains, [2]string{t, c})
+		if tables(t) && chains(c) {
+			picked = append(picked, [2]string{t, c})
 		}
 		return err
 	})
@@ -42,7 +43,7 @@ func (Kernel) Counters(f model.Family, tables func(name string) bool) (map[strin
 		return nil, fmt.Errorf("nftables %s: chains: %w", f, err)
 	}
 	out := map[string]view.BackendTraffic{}
-	for _, tc := range chains {
+	for _, tc := range picked {
 		table, chain := tc[0], tc[1]
 		err := d.chainRules(family, table, chain, func(data []byte) error {
 			comment, c, ok, err := ruleCounter(data)
