@@ -43,6 +43,19 @@ function renderFirmware() {
   $("firmware").textContent = text;
 }
 
+// The connection tracking table: its fill, and what the kernel dropped or evicted once it
+// was full; the SYN proxy's counts once it has answered SYNs.
+function renderConntrack() {
+  const c = state.conntrack;
+  const box = $("conntrack");
+  box.replaceChildren();
+  if (!c) return;
+  box.dataset.pressed = String(c.pressed);
+  box.append(badge(`conntrack ${fmtNum(c.entries)} / ${fmtNum(c.max)}` + (c.pressed ? " · FULL" : ""), c.pressed ? "bad" : "ok"));
+  if (c.dropped || c.earlyDrops) box.append(" ", el("span", { class: "mute" }, `dropped ${fmtNum(c.dropped)} · evicted ${fmtNum(c.earlyDrops)}`));
+  if (c.synProxy) box.append(" ", el("span", { class: "mute" }, `synproxy: ${fmtNum(c.synProxy.syns)} SYNs, ${fmtNum(c.synProxy.completed)} completed`));
+}
+
 function renderCluster() {
   const c = state.cluster || {};
   const box = $("cluster");
@@ -73,6 +86,11 @@ function renderServices() {
     const head = el("h3", {}, s.name + " ",
       el("span", { class: "mute" }, `${s.type} ${s.protocol} ${front}:${s.port}` + (s.nodePort ? ` nodePort ${s.nodePort}` : "") +
         ` · ${fmtNum(t.connections || 0)} connections` + (full ? ` · ${fmtNum(t.packets || 0)} packets · ${fmtNum(t.bytes || 0)} bytes` : "") + (r.total !== undefined ? ` · ${r.total.toFixed(1)}/s` : "")));
+    if (s.protection) {
+      const refused = t.refused ? ` · refused ${fmtNum(t.refused.rate)} over the rate, ${fmtNum(t.refused.conns)} over the cap` : "";
+      head.append(" ", el("span", { class: "badge warn protection", "data-refused-rate": String((t.refused || {}).rate || 0),
+        "data-refused-conns": String((t.refused || {}).conns || 0) }, "protected " + s.protection + refused));
+    }
     const rows = [el("tr", {}, el("th", {}, "endpoint"), el("th", {}, "state"), el("th", { class: "wide" }, "node"),
       el("th", { class: "num" }, "connections"), ...(full ? [el("th", { class: "num wide" }, "bytes")] : []),
       el("th", { class: "num" }, "/s"), el("th", {}, ""))];
@@ -243,7 +261,7 @@ async function updateSubmitted(ev) {
 
 const renderers = {
   loadBalancer: renderLB, update: renderUpdate,
-  drain: renderDrain, firmware: renderFirmware, daemon: renderFirmware, cluster: renderCluster, services: renderServices,
+  drain: renderDrain, conntrack: renderConntrack, firmware: renderFirmware, daemon: renderFirmware, cluster: renderCluster, services: renderServices,
   traffic: () => { onTraffic(); renderServices(); }, syncs: renderSyncs, network: renderNetwork, logs: renderLogs,
 };
 const limits = { syncs: 120, logs: 500 };

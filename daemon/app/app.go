@@ -102,7 +102,7 @@ func Run(ctx context.Context, o Options) error {
 	for _, u := range listenerUnits(cfg, health, m, gate, log) {
 		us.start(ctx, u)
 	}
-	us.start(ctx, conntrackUnit(log))
+	us.start(ctx, conntrackUnit(log, mg.dash))
 	for _, u := range mg.units(cfg, lbs, px.allowList, log) {
 		us.start(ctx, u)
 	}

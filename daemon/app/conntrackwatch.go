@@ -24,6 +24,8 @@ type conntrackWatch struct {
 	log *slog.Logger
 	// repeat is how often a lasting pressure is logged again.
 	repeat time.Duration
+	// show, if set, gets every read and whether the table is under pressure.
+	show func(s conntrack.Stats, pressed bool)
 
 	last, said conntrack.Stats // the last read, and the one last logged
 	seen       bool
@@ -36,6 +38,7 @@ func (w *conntrackWatch) observe(s conntrack.Stats, now time.Time) {
 	if !w.seen || s.Drop < w.last.Drop || s.EarlyDrop < w.last.EarlyDrop {
 		// The first read, or counters that went back (another namespace): a baseline.
 		w.last, w.said, w.seen = s, s, true
+		w.shown(s)
 		return
 	}
 	filling := s.Max > 0 && float64(s.Entries) >= nearlyFull*float64(s.Max)
@@ -52,6 +55,13 @@ func (w *conntrackWatch) observe(s conntrack.Stats, now time.Time) {
 		w.said, w.saidAt = s, now
 	}
 	w.last, w.pressed = s, pressed
+	w.shown(s)
+}
+
+func (w *conntrackWatch) shown(s conntrack.Stats) {
+	if w.show != nil {
+		w.show(s, w.pressed)
+	}
 }
 
 // run reads the table every interval until ctx ends. A read that fails (no conntrack

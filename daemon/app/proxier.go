@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
 	"github.com/edgegate/edgegate/daemon/internal/fault"
@@ -147,9 +148,19 @@ func (pp *proxyPart) refusals(dp proxy.Dataplane) func() (map[string]view.Refusa
 	}
 }
 
-// conntrackUnit logs when the connection tracking table fills (conntrackWatch).
-func conntrackUnit(log *slog.Logger) Unit {
+// conntrackUnit logs when the connection tracking table fills (conntrackWatch), and shows
+// the table on the dashboard (nil: none).
+func conntrackUnit(log *slog.Logger, dash *dashboard.Dashboard) Unit {
 	w := &conntrackWatch{log: log.With("component", "conntrack"), repeat: time.Minute}
+	if dash != nil {
+		w.show = func(s conntrack.Stats, pressed bool) {
+			c := dashboard.Conntrack{Entries: s.Entries, Max: s.Max, Pressed: pressed, Dropped: s.Drop, EarlyDrops: s.EarlyDrop}
+			if sp := s.SynProxy; sp != nil {
+				c.SynProxy = &dashboard.SynProxy{SYNs: sp.SynReceived, Completed: sp.CookieValid, InvalidCookies: sp.CookieInvalid}
+			}
+			dash.SetConntrack(c)
+		}
+	}
 	return Unit{Name: "conntrack-watch", Policy: Restart, Run: func(ctx context.Context) error { return w.run(ctx, readConntrack) }}
 }
 

@@ -18,16 +18,17 @@ import (
 
 // Hub keys, what the web UI reads.
 const (
-	KeyFirmware = "firmware"
-	KeyServices = "services"
-	KeyTraffic  = "traffic"
-	KeySyncs    = "syncs"
-	KeyCluster  = "cluster"
-	KeyNetwork  = "network"
-	KeyLogs     = "logs"
-	KeyDrain    = "drain"
-	KeyLB       = "loadBalancer"
-	KeyDaemon   = "daemon"
+	KeyFirmware  = "firmware"
+	KeyServices  = "services"
+	KeyTraffic   = "traffic"
+	KeySyncs     = "syncs"
+	KeyCluster   = "cluster"
+	KeyNetwork   = "network"
+	KeyLogs      = "logs"
+	KeyDrain     = "drain"
+	KeyLB        = "loadBalancer"
+	KeyDaemon    = "daemon"
+	KeyConntrack = "conntrack"
 )
 
 // SyncLimit is how many syncs the history keeps.
@@ -90,6 +91,31 @@ type DaemonRuns struct {
 // SetDaemonRuns shows the daemon's runs (only the firmware has them).
 func (d *Dashboard) SetDaemonRuns(r DaemonRuns) { _ = d.hub.Set(KeyDaemon, r) }
 
+// Conntrack is the connection tracking table's state, and the SYN proxy's, as the page
+// shows it.
+type Conntrack struct {
+	Entries int `json:"entries"`
+	Max     int `json:"max"`
+	// Pressed: the table is 90% full or dropped or evicted connections since the last
+	// read; Dropped and EarlyDrops are cumulative.
+	Pressed    bool   `json:"pressed"`
+	Dropped    uint64 `json:"dropped"`
+	EarlyDrops uint64 `json:"earlyDrops"`
+	// SynProxy counts SYNs answered with a cookie and handshakes completed; nil before
+	// the kernel's SYN proxy was first used.
+	SynProxy *SynProxy `json:"synProxy,omitempty"`
+}
+
+// SynProxy is the SYN proxy's counts.
+type SynProxy struct {
+	SYNs           uint64 `json:"syns"`
+	Completed      uint64 `json:"completed"`
+	InvalidCookies uint64 `json:"invalidCookies"`
+}
+
+// SetConntrack shows the connection tracking table's state.
+func (d *Dashboard) SetConntrack(c Conntrack) { _ = d.hub.Set(KeyConntrack, c) }
+
 // Service is one service port with its endpoints, as the UI lists it.
 type Service struct {
 	Name        string     `json:"name"`
@@ -101,6 +127,8 @@ type Service struct {
 	ExternalIPs []string   `json:"externalIPs,omitempty"`
 	LBIPs       []string   `json:"loadBalancerIPs,omitempty"`
 	Endpoints   []Endpoint `json:"endpoints"`
+	// Protection is the port's edgegate.dev/protection, as the annotation writes it.
+	Protection string `json:"protection,omitempty"`
 }
 
 // Endpoint is one backend with its conditions.
@@ -324,6 +352,9 @@ func services(snap *model.Snapshot) []Service {
 		s := Service{Name: sp.Name.String(), Type: string(sp.Type), Protocol: string(sp.Name.Protocol),
 			Port: sp.Port, NodePort: sp.NodePort, ClusterIPs: addrs(sp.ClusterIPs), ExternalIPs: addrs(sp.ExternalIPs),
 			Endpoints: []Endpoint{}}
+		if sp.Protection.Any() {
+			s.Protection = sp.Protection.String()
+		}
 		for _, ip := range sp.LoadBalancerIPs {
 			s.LBIPs = append(s.LBIPs, ip.Addr.String())
 		}

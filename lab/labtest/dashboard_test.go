@@ -127,6 +127,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"?token="+token),
 		chromedp.WaitVisible(chromedp.CSS(svc+`[data-endpoints="3"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#link[data-state="live"]`)))
+	// The connection tracking table's fill, read by the daemon every 5 s.
+	do(t, ctx, "see the conntrack table's fill in the header",
+		chromedp.WaitVisible(chromedp.CSS(`#conntrack[data-pressed="false"] .badge`)))
+	if txt := value(t, ctx, "read the conntrack badge", chromedp.Text(chromedp.CSS(`#conntrack .badge`))); !strings.HasPrefix(txt, "conntrack ") {
+		t.Errorf("the conntrack badge reads %q", txt)
+	}
 	url := value(t, ctx, "read the address bar", chromedp.Location())
 	if strings.Contains(url, token) {
 		t.Errorf("the token stays in the address bar: %s", url)

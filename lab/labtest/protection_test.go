@@ -13,7 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/model"
+	"github.com/edgegate/edgegate/daemon/view"
 	"github.com/edgegate/edgegate/lab"
 )
 
@@ -250,5 +252,28 @@ func TestSourceLimits(t *testing.T) {
 	rate := m[`edgegate_protection_refused_connections_total{reason="rate",service_port="matrix/paced:p"}`]
 	if conns < 1 || rate != float64(outcomes[lab.Refused]) {
 		t.Errorf("refusals in the metrics: conns %v (want 1 or more), rate %v (want %d)", conns, rate, outcomes[lab.Refused])
+	}
+	// The dashboard shows the same counts, and the protection itself.
+	var traffic map[string]view.ServiceTraffic
+	if err := l.DashboardTraffic(&traffic); err != nil {
+		t.Fatal(err)
+	}
+	if r := traffic["matrix/paced:p"].Refused; r == nil || r.Rate != uint64(rate) {
+		t.Errorf("the dashboard's traffic of matrix/paced:p shows refusals %+v, the metrics %v", r, rate)
+	}
+	var st struct {
+		Services []dashboard.Service `json:"services"`
+	}
+	if err := l.DashboardState(&st); err != nil {
+		t.Fatal(err)
+	}
+	shown := "(not listed)"
+	for _, svc := range st.Services {
+		if svc.Name == "matrix/capped:p" {
+			shown = svc.Protection
+		}
+	}
+	if shown != "{maxConnsPerSource: 4}" {
+		t.Errorf("the dashboard shows matrix/capped:p's protection as %q", shown)
 	}
 }
