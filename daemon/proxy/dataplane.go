@@ -198,7 +198,22 @@ func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 		plans = append(plans, p.Plan(snap, d.Config))
 	}
 	st, err := d.Rules.Apply(plans, full)
-	return Result{Full: st.Full, Written: st.Chains, Elements: st.Rules, Deleted: st.Deleted, Kernel: st.Kernel}, err
+	return Result{Full: st.Full, Written: st.Chains, Elements: st.Rules, Deleted: st.Deleted, Kernel: st.Kernel,
+		Problems: unprotected(snap, plan.ModeIPTables)}, err
+}
+
+// unprotected names the Services that ask for protection (edgegate.dev/protection), which
+// only nftables mode enforces: in another mode their addresses are not protected, and the
+// log must say so rather than the gateway pretending.
+func unprotected(snap *model.Snapshot, mode plan.Mode) []string {
+	var out []string
+	for _, sp := range snap.Sorted() {
+		if sp.Protection.Any() {
+			out = append(out, fmt.Sprintf("service %s: annotation %s: not enforced in %s mode (only nftables mode protects addresses)",
+				sp.Name.ServiceName, model.ProtectionAnnotation, mode))
+		}
+	}
+	return slices.Compact(out)
 }
 
 // Cleanup implements Dataplane.
@@ -258,6 +273,7 @@ func (d *IPVS) Program(snap *model.Snapshot, full bool) (Result, error) {
 		res.Problems = append(res.Problems, p.Problems...)
 		plans = append(plans, p)
 	}
+	res.Problems = append(res.Problems, unprotected(snap, plan.ModeIPVS)...)
 	// A problem with a service (its annotation) or a clash over a node port shows in the
 	// plan of each family: report it once.
 	slices.Sort(res.Problems)

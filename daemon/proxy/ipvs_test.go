@@ -51,7 +51,7 @@ func newIPVSFixture() *ipvsFixture {
 func TestIPVSModeSync(t *testing.T) {
 	f := newIPVSFixture()
 	web := mt.Service("default", "web", "10.96.0.10", mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080), mt.Type(v1.ServiceTypeNodePort))
-	web.Annotations = map[string]string{ipvsplan.SchedulerAnnotation: "fastest"}
+	web.Annotations = map[string]string{ipvsplan.SchedulerAnnotation: "fastest", model.ProtectionAnnotation: "{synProxy: true}"}
 	f.p.Tracker.UpsertService(web)
 	f.p.Tracker.UpsertSlice(mt.Slice("default", "web-1", "web", "http", v1.ProtocolTCP, 8080, mt.EP("10.200.2.11")))
 	f.sync(t)
@@ -70,6 +70,10 @@ func TestIPVSModeSync(t *testing.T) {
 	// The invalid annotation is logged once, for both families together.
 	if n := strings.Count(f.log.String(), "annotation edgegate.dev/ipvs-scheduler: \\\"fastest\\\""); n != 1 {
 		t.Errorf("problem logged %d times, want once:\n%s", n, f.log.String())
+	}
+	// So is the protection this mode does not enforce.
+	if n := strings.Count(f.log.String(), "annotation edgegate.dev/protection: not enforced in ipvs mode"); n != 1 {
+		t.Errorf("unenforced protection logged %d times, want once:\n%s", n, f.log.String())
 	}
 	if err := f.p.Sync(); err != nil || strings.Count(f.log.String(), "fastest") != 1 {
 		t.Errorf("unchanged sync: err %v, log:\n%s", err, f.log.String())
