@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/dashboard"
@@ -87,6 +88,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	sl := newSyncLoop(cfg, px, log)
+	// A pool's protection reaches its Services that have none of their own.
+	lbs.followProtection(func(of func(netip.Addr) *model.Protection) {
+		px.tracker.SetPoolProtection(of)
+		sl.changed()
+	})
 	if fw != nil {
 		sl.ready = fw.ready
 	}

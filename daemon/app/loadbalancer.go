@@ -42,8 +42,23 @@ type loadBalancer struct {
 	keySecret *member.KeySecret  // the key's Secret; nil unless the key comes from it
 	client    kubernetes.Interface
 
+	// protect, when set, gets the pools' protection whenever the pools change.
+	protect func(of func(netip.Addr) *model.Protection)
+
 	mu   sync.Mutex
 	snap *model.Snapshot // last programmed
+}
+
+// followProtection hands the pools' protection (pool.Pools.ProtectionOf) to protect now
+// and at every change of the pools. Call it before the units start.
+func (l *loadBalancer) followProtection(protect func(of func(netip.Addr) *model.Protection)) {
+	if l == nil {
+		return
+	}
+	l.protect = protect
+	if l.filePools != nil {
+		protect(l.filePools.ProtectionOf)
+	}
 }
 
 // newLoadBalancer opens what announcing needs (sockets belong to this namespace) and reads
@@ -241,8 +256,13 @@ func (l *loadBalancer) units() []Unit {
 
 // followPools updates the announcements when the pools ConfigMap changes.
 func (l *loadBalancer) followPools(ctx context.Context) {
+	var last pool.Pools
 	for {
 		st := l.watcher.State() // the watcher logs a ConfigMap that is not in force
+		if l.protect != nil && !st.Pools.Equal(last) {
+			l.protect(st.Pools.ProtectionOf)
+		}
+		last = st.Pools
 		l.update()
 		select {
 		case <-ctx.Done():

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -87,6 +88,8 @@ type Tracker struct {
 	lineage  uint64
 	svcEv    int
 	epEv     int
+	// protectionOf is the pools' protection by LoadBalancer IP (SetPoolProtection).
+	protectionOf func(netip.Addr) *Protection
 }
 
 // NewTracker returns an empty Tracker.
@@ -103,6 +106,41 @@ func NewTracker() *Tracker {
 }
 
 var lineages atomic.Uint64
+
+// SetPoolProtection gives the protection of the pool of each LoadBalancer IP (nil for an
+// address of no pool, or of a pool without one): a Service without its own
+// ProtectionAnnotation takes the protection of the pool of its first LoadBalancer IP that
+// has one, for all its external frontends. Every LoadBalancer Service is built again at
+// the next Snapshot. nil turns pool protection off.
+func (t *Tracker) SetPoolProtection(of func(netip.Addr) *Protection) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.protectionOf = of
+	for n, svc := range t.services {
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			t.dirty[n] = struct{}{}
+			t.svcEv++
+		}
+	}
+}
+
+// poolProtection gives ports without a protection of their own their pool's.
+func (t *Tracker) poolProtection(ports []*ServicePort) {
+	if t.protectionOf == nil {
+		return
+	}
+	for _, sp := range ports {
+		if sp.Protection != nil {
+			continue
+		}
+		for _, ip := range sp.LoadBalancerIPs {
+			if p := t.protectionOf(ip.Addr); p.Any() && !ip.Proxy {
+				sp.Protection = p
+				break
+			}
+		}
+	}
+}
 
 // UpsertService adds or replaces a Service.
 func (t *Tracker) UpsertService(svc *v1.Service) {
@@ -274,6 +312,7 @@ func (t *Tracker) Snapshot() (*Snapshot, Changes) {
 			next = refusedPorts(t.services[n])
 		} else {
 			next = ServicePorts(t.services[n], eps)
+			t.poolProtection(next)
 		}
 		prev := t.built[n]
 		seen := map[ServicePortName]bool{}

@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -305,5 +306,45 @@ func TestTrackerAnnotations(t *testing.T) {
 	tr.UpsertService(webSvc())
 	if snap, ch := tr.Snapshot(); len(ch.Ports) != 2 || snap.Port(webHTTP).IPVSScheduler != "" {
 		t.Errorf("removing the annotation: changes %v, scheduler %q", changed(ch), snap.Port(webHTTP).IPVSScheduler)
+	}
+}
+
+// A pool's protection reaches the LoadBalancer Services of its addresses that have none of
+// their own, and only them; changing or dropping the pools rebuilds those Services.
+func TestTrackerPoolProtection(t *testing.T) {
+	tr := model.NewTracker()
+	lb := func(name, ip string, mods ...func(*v1.Service)) *v1.Service {
+		return mt.Service("default", name, "10.96.0."+ip[len(ip)-1:], append([]func(*v1.Service){
+			mt.Port("http", v1.ProtocolTCP, 80, 8080, 30080), mt.Type(v1.ServiceTypeLoadBalancer), mt.LoadBalancerIPs(ip)}, mods...)...)
+	}
+	tr.UpsertService(lb("pooled", "203.0.113.1"))
+	tr.UpsertService(lb("own", "203.0.113.2", mt.Annotate(model.ProtectionAnnotation, "{maxConnsPerSource: 5}")))
+	tr.UpsertService(lb("elsewhere", "198.51.100.3"))
+	tr.UpsertService(mt.Service("default", "inside", "10.96.0.4", mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)))
+	tr.Snapshot()
+	pool := &model.Protection{SynProxy: true}
+	of := func(a netip.Addr) *model.Protection {
+		if netip.MustParsePrefix("203.0.113.0/24").Contains(a) {
+			return pool
+		}
+		return nil
+	}
+	tr.SetPoolProtection(of)
+	snap, ch := tr.Snapshot()
+	got := map[string]string{}
+	for _, sp := range snap.Sorted() {
+		got[sp.Name.Name] = sp.Protection.String()
+	}
+	want := map[string]string{"pooled": "{synProxy: true}", "own": "{maxConnsPerSource: 5}", "elsewhere": "", "inside": ""}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("protections (-want +got):\n%s", d)
+	}
+	if _, ok := ch.Ports[spn("pooled", "http", model.TCP)]; !ok || len(ch.Ports) != 1 {
+		t.Errorf("changed ports %v, want pooled's only", ch.Ports)
+	}
+	tr.SetPoolProtection(nil)
+	snap, _ = tr.Snapshot()
+	if p := snap.Port(spn("pooled", "http", model.TCP)).Protection; p != nil {
+		t.Errorf("pools without protection: pooled keeps %v", p)
 	}
 }

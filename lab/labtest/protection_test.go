@@ -3,6 +3,8 @@ package labtest
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -275,5 +277,47 @@ func TestSourceLimits(t *testing.T) {
 	}
 	if shown != "{maxConnsPerSource: 4}" {
 		t.Errorf("the dashboard shows matrix/capped:p's protection as %q", shown)
+	}
+}
+
+// TestPoolProtection: a pool's protection (pools file) reaches a Service of the pool that
+// has no annotation of its own: its LoadBalancer IP is SYN-proxied, and connections still
+// reach its backends through the synproxy.
+func TestPoolProtection(t *testing.T) {
+	l := New(t, lab.Options{Prefix: "egp"})
+	dir := ManifestDir(t.TempDir())
+	pooled := service("pooled", []string{"10.96.0.47"}, loadBalancer(30047, "203.0.113.47"))
+	dir.Write(t, "pooled", manifests(pooled, slice(pooled, discovery.AddressTypeIPv4, ready(1, 2, 3))))
+	pools := filepath.Join(t.TempDir(), "pools.yaml")
+	key := filepath.Join(t.TempDir(), "lb.key")
+	for file, content := range map[string]string{
+		pools: "pools:\n- name: guarded\n  addresses: [203.0.113.47/32]\n  interfaces: [c1]\n  protection: {synProxy: true}\n",
+		key:   "a-lab-heartbeat-key-of-32-bytes!\n",
+	} {
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)),
+		"--lb-announce", "--lb-pools-file", pools, "--lb-key-file", key)...)
+	eventually(t, 10*time.Second, "the pool's address is SYN-proxied", func() (bool, string) {
+		out := Exec(t, l.Gateway, "nft", "list", "map", "ip", "edgegate", "syn-proxy-ips")
+		return strings.Contains(out, "203.0.113.47 . tcp . 80 : goto syn-proxy-"), out
+	})
+	before, err := l.Gateway.SynProxyStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if r := l.Client.Probe("203.0.113.47:80"); r.Outcome != lab.Answered {
+			t.Errorf("through the pool's synproxy: %v", r)
+		}
+	}
+	after, err := l.Gateway.SynProxyStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after.CookieValid - before.CookieValid; n < 5 {
+		t.Errorf("5 connections, %d handshakes completed by the synproxy", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/edgegate/edgegate/daemon/model"
 	"sigs.k8s.io/yaml"
 )
 
@@ -28,6 +30,8 @@ type poolConfig struct {
 	// AutoAssign defaults to true, as MetalLB's does.
 	AutoAssign    *bool `json:"autoAssign,omitempty"`
 	AvoidBuggyIPs bool  `json:"avoidBuggyIPs,omitempty"`
+	// Protection is the edgegate.dev/protection of the pool's Services that have none.
+	Protection json.RawMessage `json:"protection,omitempty"`
 }
 
 // reserved are ranges whose addresses can never be a LoadBalancer IP: a pool touching one is
@@ -121,6 +125,12 @@ func parsePool(raw json.RawMessage) (Pool, error) {
 	}
 	p := Pool{Name: pc.Name, AutoAssign: pc.AutoAssign == nil || *pc.AutoAssign, AvoidBuggyIPs: pc.AvoidBuggyIPs}
 	var errs []error
+	if len(pc.Protection) > 0 {
+		var err error
+		if p.Protection, err = model.ParseProtection(pc.Protection); err != nil {
+			errs = append(errs, fmt.Errorf("protection: %w", err))
+		}
+	}
 	if pc.Name == "" {
 		errs = append(errs, errors.New("name: required"))
 	} else if msgs := validation.IsDNS1123Label(pc.Name); len(msgs) > 0 {
@@ -277,6 +287,10 @@ func (ps Pools) Marshal() []byte {
 	for _, p := range ps.pools {
 		auto := p.AutoAssign
 		pc := poolConfig{Name: p.Name, Interfaces: p.Interfaces, AutoAssign: &auto, AvoidBuggyIPs: p.AvoidBuggyIPs}
+		if p.Protection != nil {
+			// A struct of numbers and bools always marshals.
+			pc.Protection, _ = json.Marshal(p.Protection)
+		}
 		for _, r := range p.Ranges {
 			pc.Addresses = append(pc.Addresses, r.String())
 		}

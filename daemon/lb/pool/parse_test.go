@@ -173,6 +173,10 @@ func TestParseErrors(t *testing.T) {
 		{"empty interface", `pools: [{name: a, addresses: [192.0.2.0/28], interfaces: [""]}]`, `pool "a": interfaces[0]: empty interface name`},
 		{"dot interface", `pools: [{name: a, addresses: [192.0.2.0/28], interfaces: [".."]}]`, `pool "a": interfaces[0]: ".." is not an interface name`},
 		{"duplicate interface", "pools:\n- {name: a, addresses: [192.0.2.0/28], interfaces: [eth0, eth0]}", `pool "a": interfaces[1]: "eth0" is listed twice`},
+		{"bad protection", "pools:\n- {name: a, addresses: [192.0.2.0/28], interfaces: [eth0], protection: {synProxy: true, synProxyWindowScale: 20}}",
+			`pool "a": protection: synProxyWindowScale: 20 is above 14`},
+		{"unknown protection field", "pools:\n- {name: a, addresses: [192.0.2.0/28], interfaces: [eth0], protection: {synFlood: true}}",
+			`pool "a": protection: json: unknown field "synFlood"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ps, err := Parse([]byte(tc.doc))
@@ -259,4 +263,33 @@ func TestDeployExample(t *testing.T) {
 		t.Errorf("deploy/lb-pools.yaml has no pools under %s", ConfigMapKey)
 	}
 	t.Logf("deploy/lb-pools.yaml: %s", ps)
+}
+
+// A pool's protection is read, looked up by address, summarised and written back.
+func TestPoolProtection(t *testing.T) {
+	ps := mustParse(t, `
+pools:
+- name: public
+  addresses: [203.0.113.0/29]
+  interfaces: [eth1]
+  protection:
+    synProxy: true
+    maxConnsPerSource: 256
+- name: inside
+  addresses: [192.0.2.0/28]
+  interfaces: [eth0]
+`)
+	if p := ps.ProtectionOf(netip.MustParseAddr("203.0.113.3")); p.String() != "{synProxy: true, maxConnsPerSource: 256}" {
+		t.Errorf("public's protection: %v", p)
+	}
+	if p := ps.ProtectionOf(netip.MustParseAddr("192.0.2.3")); p != nil {
+		t.Errorf("inside's protection: %v", p)
+	}
+	if p := ps.ProtectionOf(netip.MustParseAddr("198.51.100.1")); p != nil {
+		t.Errorf("no pool's protection: %v", p)
+	}
+	if s := ps.String(); !strings.Contains(s, "public: 203.0.113.0/29 on eth1 protection {synProxy: true, maxConnsPerSource: 256}") {
+		t.Errorf("summary %q", s)
+	}
+	roundTrips(t, ps)
 }

@@ -6,6 +6,8 @@ package pool
 
 import (
 	"fmt"
+
+	"github.com/edgegate/edgegate/daemon/model"
 	"net/netip"
 	"slices"
 	"strings"
@@ -84,6 +86,9 @@ type Pool struct {
 	// AvoidBuggyIPs keeps IPv4 addresses ending in .0 and .255 out of allocation, for clients
 	// behind equipment that mistakes them for network or broadcast addresses.
 	AvoidBuggyIPs bool
+	// Protection guards the Services with an address of the pool that have no
+	// edgegate.dev/protection of their own (nftables mode); nil for none.
+	Protection *model.Protection
 }
 
 // Contains reports whether a is one of the pool's addresses.
@@ -122,7 +127,7 @@ func buggy(a netip.Addr) bool {
 
 func (p *Pool) equal(o *Pool) bool {
 	return p.Name == o.Name && slices.Equal(p.Ranges, o.Ranges) && slices.Equal(p.Interfaces, o.Interfaces) &&
-		p.AutoAssign == o.AutoAssign && p.AvoidBuggyIPs == o.AvoidBuggyIPs
+		p.AutoAssign == o.AutoAssign && p.AvoidBuggyIPs == o.AvoidBuggyIPs && p.Protection.String() == o.Protection.String()
 }
 
 // Pools is a validated set of pools, immutable once made by Parse. The zero value has none.
@@ -178,6 +183,15 @@ func (ps Pools) Lookup(a netip.Addr) (*Pool, bool) {
 	return &ps.pools[ps.index[i].pool], true
 }
 
+// ProtectionOf returns the protection of a's pool: nil when no pool holds it or its pool
+// has none.
+func (ps Pools) ProtectionOf(a netip.Addr) *model.Protection {
+	if p, ok := ps.Lookup(a); ok {
+		return p.Protection
+	}
+	return nil
+}
+
 // Interfaces returns the interfaces a is announced on: its pool's, or nil when no pool holds
 // it.
 func (ps Pools) Interfaces(a netip.Addr) []string {
@@ -209,6 +223,9 @@ func (ps Pools) String() string {
 		fmt.Fprintf(&b, "%s: %s on %s", p.Name, strings.Join(rs, ","), strings.Join(p.Interfaces, ","))
 		if !p.AutoAssign {
 			b.WriteString(" (requested only)")
+		}
+		if p.Protection != nil {
+			b.WriteString(" protection " + p.Protection.String())
 		}
 	}
 	return b.String()
