@@ -15,6 +15,7 @@ import (
 	"github.com/edgegate/edgegate/daemon/dashboard"
 	"github.com/edgegate/edgegate/daemon/healthcheck"
 	"github.com/edgegate/edgegate/daemon/healthz"
+	"github.com/edgegate/edgegate/daemon/kernel/fastpath"
 	"github.com/edgegate/edgegate/daemon/kernel/mgmt"
 	"github.com/edgegate/edgegate/daemon/listener"
 	"github.com/edgegate/edgegate/daemon/metrics"
@@ -109,6 +110,7 @@ func Run(ctx context.Context, o Options) error {
 		us.start(ctx, u)
 	}
 	us.start(ctx, conntrackUnit(log, mg.dash))
+	us.start(ctx, fastPathUnit(cfg, fastpath.Kernel{}, log, nil))
 	for _, u := range mg.units(cfg, lbs, px.allowList, log) {
 		us.start(ctx, u)
 	}
@@ -198,6 +200,10 @@ func Cleanup(cfg Config, log *slog.Logger) error {
 	}
 	if err := (&mgmt.Kernel{}).Cleanup(); err != nil {
 		log.Error("cleanup failed", "table", "inet "+mgmt.TableName, "err", err)
+		errs = append(errs, err)
+	}
+	if err := (fastpath.Kernel{}).Cleanup(); err != nil {
+		log.Error("cleanup failed", "table", "inet "+fastpath.TableName, "err", err)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

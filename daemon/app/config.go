@@ -52,6 +52,10 @@ type Config struct {
 	// NFTables is the nftables mode's part (kube-proxy's KubeProxyConfiguration.nftables
 	// has none of these fields).
 	NFTables NFTablesConfiguration `json:"nftables"`
+	// FastPath offloads established connections to Services to an nftables flowtable on
+	// the gateway's interfaces (package daemon/kernel/fastpath), in nftables and iptables
+	// modes.
+	FastPath bool `json:"fastPath"`
 	// Conntrack sizes the connection tracking table and sets its timeouts, kube-proxy's
 	// KubeProxyConfiguration.conntrack.
 	Conntrack ConntrackConfiguration `json:"conntrack"`
@@ -285,6 +289,7 @@ func ParseConfig(args []string) (Config, error) {
 	fs.StringVar((*string)(&c.ProxyMode), "proxy-mode", string(c.ProxyMode), "proxy mode: nftables, iptables or ipvs")
 	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler, "ipvs mode: the default IPVS scheduler ("+strings.Join(ipvs.Schedulers, ", ")+")")
 	fs.IntVar(&c.NFTables.EndpointsPerTable, "nftables-endpoints-per-table", c.NFTables.EndpointsPerTable, "nftables mode: endpoint rules one table holds before the Services' NAT dispatch is split over tables edgegate-services-N (every change has the kernel re-check its whole table); 0 never splits")
+	fs.BoolVar(&c.FastPath, "fast-path", c.FastPath, "nftables and iptables modes: offload established connections to Services to an nftables flowtable on the gateway's interfaces, so their packets skip the hooks (needs a kernel with flowtables; ipvs mode never)")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name (endpoints whose nodeName matches are local); default: the hostname")
 	fs.Var(listFlag(&c.NodeIPs), "node-ip", "this node's IP addresses, comma-separated (one per family)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "this node's topology zone (topology-aware routing)")
