@@ -15,7 +15,8 @@ import (
 // reported in the table with what was measured before it: the control-plane figures of
 // the run stay valid.
 func dataPlaneSections(ctx context.Context, r *report, edgegate string, sizes []int, modes []string, log io.Writer) {
-	res, err := dataplane.Run(ctx, dataplane.Options{EdgegateBin: edgegate, Sizes: sizes, Modes: modes, Log: log})
+	res, err := dataplane.Run(ctx, dataplane.Options{EdgegateBin: edgegate, Sizes: sizes, Modes: modes, Log: log,
+		Load: &dataplane.LoadOptions{}})
 	byWhere := map[string]*section{}
 	for _, x := range res {
 		s := byWhere[x.Where]
@@ -36,9 +37,41 @@ func dataPlaneSections(ctx context.Context, r *report, edgegate string, sizes []
 			fmt.Sprintf("%.2f / %.2f / %.2f", p50, p99, mean), fmt.Sprintf("%.2f / %.2f / %.2f", b50, b99, bmean),
 			fmt.Sprintf("%d (%d failed)", x.Conns, x.Failed), x.Programmed.Round(100*time.Millisecond).String())
 	}
+	loadSections(r, res)
 	if err != nil {
 		s := r.add("data plane: stopped", "")
 		s.Notes = []string{fmt.Sprintf("the data-plane measurement failed: %v", err)}
+	}
+}
+
+// loadSections adds the load runs' figures, one section per kernel.
+func loadSections(r *report, res []dataplane.Result) {
+	byWhere := map[string]*section{}
+	for _, x := range res {
+		l := x.Load
+		if l == nil {
+			continue
+		}
+		s := byWhere[x.Where]
+		if s == nil {
+			s = r.add(fmt.Sprintf("data plane under load (%s): through the LoadBalancer IP / bare forwarding", x.Where),
+				"Gbit/s", "LB/bare", "cores per Gbit/s", "new conns/s (LB, node port, bare)", "LB/bare", "setup p50 / p99 / p99.9 (LB)", "(bare)")
+			s.Notes = []string{
+				"Gbit/s: 4 TCP streams for 5 s to the last Service's LoadBalancer IP, and to the backend through the",
+				"rule-free router (bare); cores per Gbit/s: the whole machine's busy CPU (softirq included) per Gbit/s.",
+				"new conns/s: 8 threads connecting back to back for 5 s, each connection an exchange ended by a reset.",
+			}
+			byWhere[x.Where] = s
+		}
+		tp, cr := l.LBOverBare()
+		us := func(c dataplane.ConnRate) string {
+			return fmt.Sprintf("%d / %d / %d µs", c.P50.Microseconds(), c.P99.Microseconds(), c.P999.Microseconds())
+		}
+		s.row(fmt.Sprintf("%s, %d Services", x.Mode, x.Services),
+			fmt.Sprintf("%.2f / %.2f", l.LB.Gbps, l.Bare.Gbps), fmt.Sprintf("%.2f", tp),
+			fmt.Sprintf("%.2f / %.2f", l.LB.CPUPerGbps, l.Bare.CPUPerGbps),
+			fmt.Sprintf("%.0f, %.0f, %.0f", l.ConnsLB.PerSecond, l.ConnsNodePort.PerSecond, l.ConnsBare.PerSecond),
+			fmt.Sprintf("%.2f", cr), us(l.ConnsLB), us(l.ConnsBare))
 	}
 }
 

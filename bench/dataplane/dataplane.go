@@ -62,6 +62,13 @@ type Options struct {
 	// GuestTimeout bounds the guest's whole life, boot to power-off (default 20 min; 1k,
 	// 10k and 30k Services take about 9.5).
 	GuestTimeout time.Duration
+	// Load, when set, adds the load runs to every measurement, on the host and in the
+	// guest; the guest then also measures nftables mode with the fast path
+	// (GuestModes' default).
+	Load *LoadOptions
+	// GuestModes are the modes measured in the guest (default ipvs and nftables, and
+	// nftables+fast-path with Load).
+	GuestModes []string
 }
 
 // Latency summarises one series.
@@ -90,6 +97,8 @@ type Result struct {
 	// Programmed is the time from edgegate's start until it logged the full sync that
 	// wrote every Service (the kernel, probed then, held them all).
 	Programmed time.Duration
+	// Load is the load runs' figures, when they ran (LocalOptions.Load).
+	Load *Load `json:",omitempty"`
 }
 
 // Ratio is a/b for each figure.
@@ -161,7 +170,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		t0 := time.Now()
 		res, err := MeasureHere(ctx, LocalOptions{
 			Where: "host", EdgegateBin: eg, Modes: host, Sizes: o.Sizes, Conns: o.Conns,
-			Dir: filepath.Join(o.Dir, "host"), Log: o.Log,
+			Dir: filepath.Join(o.Dir, "host"), Log: o.Log, Load: o.Load,
 		})
 		out = append(out, res...)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,7 +205,12 @@ func programmedServices(gw node, mode string) (int, error) {
 			if err != nil {
 				return 0, fmt.Errorf("map ip %s %s in %s: %w", t.Name, nft.MapServiceIPs, gw.Name, err)
 			}
-			n += len(elems)
+			for _, e := range elems {
+				// Service IPs only: the load runs' Service also has a LoadBalancer IP.
+				if len(e.Key) >= 4 && clusterIPRange.Contains(netip.AddrFrom4([4]byte(e.Key[:4]))) {
+					n++
+				}
+			}
 		}
 		return n, nil
 	case "iptables":
@@ -232,7 +238,8 @@ func programmedServices(gw node, mode string) (int, error) {
 		}
 		n := 0
 		for line := range bytes.Lines(table) {
-			if bytes.HasPrefix(line, []byte("TCP ")) {
+			// "TCP 0A600001:0050 rr": ClusterIP virtual servers only (10.96.0.0/16 is 0A60).
+			if bytes.HasPrefix(line, []byte("TCP  0A60")) || bytes.HasPrefix(line, []byte("TCP 0A60")) {
 				n++
 			}
 		}
@@ -240,6 +247,9 @@ func programmedServices(gw node, mode string) (int, error) {
 	}
 	return 0, fmt.Errorf("mode %q: want nftables, iptables or ipvs", mode)
 }
+
+// clusterIPRange holds every Service's ClusterIP (services.ClusterIP).
+var clusterIPRange = netip.MustParsePrefix("10.96.0.0/16")
 
 // ipvsDummy is where ipvs mode puts the VIPs.
 const ipvsDummy = "edgegate-ipvs0"

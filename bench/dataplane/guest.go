@@ -58,13 +58,24 @@ func runGuest(ctx context.Context, o Options, edgegateBin string) ([]Result, err
 	for i, n := range o.GuestSizes {
 		sizes[i] = strconv.Itoa(n)
 	}
+	modes := o.GuestModes
+	if len(modes) == 0 {
+		modes = []string{"ipvs", "nftables"}
+		if o.Load != nil {
+			modes = append(modes, "nftables+fast-path")
+		}
+	}
+	args := []string{"-edgegate=/init", "-modes=" + strings.Join(modes, ","), "-sizes=" + strings.Join(sizes, ","),
+		"-conns=" + strconv.Itoa(conns), "-dir=/tmp/egbench"}
+	if l := o.Load; l != nil {
+		lo := l.withDefaults()
+		args = append(args, "-load", fmt.Sprintf("-load-streams=%d", lo.Streams), "-load-duration="+lo.Duration.String(),
+			fmt.Sprintf("-load-workers=%d", lo.Workers))
+	}
 	fw, err := guestimage.Build(ctx, guestimage.Spec{
 		Board: b, Edgegate: edgegateBin, Program: guestProgram,
-		ProgramArgs: []string{
-			"-edgegate=/init", "-modes=ipvs,nftables", "-sizes=" + strings.Join(sizes, ","),
-			"-conns=" + strconv.Itoa(conns), "-dir=/tmp/egbench",
-		},
-		Dir: filepath.Join(o.Dir, "guest"), Log: o.Log,
+		ProgramArgs: args,
+		Dir:         filepath.Join(o.Dir, "guest"), Log: o.Log,
 	})
 	if err != nil {
 		return nil, err

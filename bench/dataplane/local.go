@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/edgegate/edgegate/bench/dataplane/services"
@@ -38,6 +39,8 @@ type LocalOptions struct {
 	Log io.Writer
 	// Result, when set, gets each result as soon as it is measured.
 	Result func(Result)
+	// Load, when set, adds the load runs (load.go) to every measurement.
+	Load *LoadOptions
 }
 
 // endpointsPerService is how many endpoints every Service has: "a few", as a real
@@ -77,8 +80,8 @@ func MeasureHere(ctx context.Context, o LocalOptions) ([]Result, error) {
 		return nil, fmt.Errorf("dataplane: LocalOptions.EdgegateBin: %w", err)
 	}
 	for _, m := range o.Modes {
-		if !slices.Contains([]string{"nftables", "iptables", "ipvs"}, m) {
-			return nil, fmt.Errorf("dataplane: LocalOptions.Modes: %q is not nftables, iptables or ipvs", m)
+		if _, _, err := parseMode(m); err != nil {
+			return nil, fmt.Errorf("dataplane: LocalOptions.Modes: %w", err)
 		}
 	}
 	var out []Result
@@ -87,7 +90,8 @@ func MeasureHere(ctx context.Context, o LocalOptions) ([]Result, error) {
 		t0 := time.Now()
 		if _, err := services.WriteDir(dir, services.Spec{
 			Count: n, Endpoints: endpointsPerService,
-			Target: map[int][]netip.Addr{n - 1: backendAddrs},
+			Target:       map[int][]netip.Addr{n - 1: backendAddrs},
+			LoadBalancer: map[int]services.LoadBalancer{n - 1: {IP: loadBalancerIP, NodePort: nodePort}},
 		}); err != nil {
 			return out, err
 		}
@@ -113,6 +117,10 @@ func MeasureHere(ctx context.Context, o LocalOptions) ([]Result, error) {
 // manifests, then the three series interleaved.
 func measureOne(ctx context.Context, o LocalOptions, mode string, n int, manifests string) (Result, error) {
 	r := Result{Where: o.Where, Mode: mode, Services: n}
+	proxyMode, extra, err := parseMode(mode)
+	if err != nil {
+		return r, err
+	}
 	topo, err := newTopology()
 	if err != nil {
 		return r, err
@@ -127,21 +135,21 @@ func measureOne(ctx context.Context, o LocalOptions, mode string, n int, manifes
 	name := fmt.Sprintf("%s-%d", mode, n)
 	stateDir := filepath.Join(o.Dir, "state-"+name)
 	defer os.RemoveAll(stateDir)
-	d, err := startDaemon(topo.gateway, o.EdgegateBin, daemonArgs(mode, manifests, stateDir), filepath.Join(o.Dir, "edgegate-"+name+".log"))
+	d, err := startDaemon(topo.gateway, o.EdgegateBin, append(daemonArgs(proxyMode, manifests, stateDir), extra...), filepath.Join(o.Dir, "edgegate-"+name+".log"))
 	if err != nil {
 		return r, err
 	}
 	defer func() {
 		t0 := time.Now()
 		d.stop()
-		if mode == "ipvs" {
+		if proxyMode == "ipvs" {
 			if err := dropIPVS(topo.gateway); err != nil {
 				fmt.Fprintf(o.Log, "%s: %v\n", o.Where, err)
 			}
 		}
 		fmt.Fprintf(o.Log, "%s: %s: edgegate stopped and its rules dropped in %v\n", o.Where, name, since(t0))
 	}()
-	if r.Programmed, err = waitProgrammed(ctx, topo.gateway, d, mode, n, o.ProgramTimeout); err != nil {
+	if r.Programmed, err = waitProgrammed(ctx, topo.gateway, d, proxyMode, n, o.ProgramTimeout); err != nil {
 		return r, err
 	}
 	took, _ := d.lastFullSync()
@@ -182,7 +190,47 @@ func measureOne(ctx context.Context, o LocalOptions, mode string, n int, manifes
 	r.Bare, r.Direct, r.VIP = latency(bare, connect), latency(direct, connect), latency(viaVIP, connect)
 	r.BareReply, r.DirectReply, r.VIPReply = latency(bare, reply), latency(direct, reply), latency(viaVIP, reply)
 	fmt.Fprintf(o.Log, "%s: %s: %d connections per series in %v: %s\n", o.Where, name, r.Conns, since(t0), r)
+	if o.Load != nil {
+		t0 = time.Now()
+		l, err := measureLoad(ctx, topo.client, netip.AddrPortFrom(loadBalancerIP, services.Port),
+			netip.AddrPortFrom(gatewayToClient, nodePort), netip.AddrPortFrom(backendViaRouter, services.TargetPort), *o.Load)
+		if err != nil {
+			return r, fmt.Errorf("load: %w", err)
+		}
+		if err := d.exitError(); err != nil {
+			return r, err
+		}
+		r.Load = &l
+		tp, cr := l.LBOverBare()
+		fmt.Fprintf(o.Log, "%s: %s: load in %v: LB %v; bare %v; LB/bare %.2f\n", o.Where, name, since(t0), l.LB, l.Bare, tp)
+		fmt.Fprintf(o.Log, "%s: %s: conns: LB %v; node port %v; bare %v; LB/bare %.2f\n", o.Where, name, l.ConnsLB, l.ConnsNodePort, l.ConnsBare, cr)
+	}
 	return r, nil
+}
+
+// The load runs' Service: the last one, of type LoadBalancer.
+var loadBalancerIP = netip.MustParseAddr("203.0.113.80")
+
+const nodePort = 30080
+
+// parseMode reads a measured mode: a proxy mode, or "nftables+fast-path" (nftables mode
+// with --fast-path), and returns the proxy mode and the extra flags.
+func parseMode(m string) (mode string, extra []string, err error) {
+	mode, variant, _ := strings.Cut(m, "+")
+	if !slices.Contains([]string{"nftables", "iptables", "ipvs"}, mode) {
+		return "", nil, fmt.Errorf("%q is not nftables, iptables or ipvs", m)
+	}
+	switch variant {
+	case "":
+	case "fast-path":
+		if mode == "ipvs" {
+			return "", nil, fmt.Errorf("%q: ipvs mode has no fast path", m)
+		}
+		extra = []string{"--fast-path"}
+	default:
+		return "", nil, fmt.Errorf("%q: the only variant is +fast-path", m)
+	}
+	return mode, extra, nil
 }
 
 // waitProgrammed waits until the daemon has logged a full sync and, probed then, the

@@ -230,13 +230,13 @@ func startBackend(n node, port uint16) (*backend, error) {
 func serve(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(connectTimeout + replyTimeout))
-	buf := make([]byte, 64)
-	for got := 0; got < len(request); {
-		n, err := c.Read(buf[got:])
-		if err != nil {
-			return
-		}
-		got += n
+	buf := make([]byte, len(request))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return
+	}
+	if string(buf) == string(sinkMagic) {
+		sink(c)
+		return
 	}
 	if _, err := c.Write(response); err != nil {
 		return

@@ -38,11 +38,19 @@ func run() error {
 	guestConns := flag.Int("guest-conns", 500, "connections per series in the guest")
 	dir := flag.String("dir", "", "scratch directory, kept (default a temporary one, removed)")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
+	load := flag.Bool("load", false, "add the load runs: throughput through the LoadBalancer IP and bare, new connections per second (the guest also measures nftables with --fast-path)")
+	var lo dataplane.LoadOptions
+	flag.IntVar(&lo.Streams, "load-streams", 4, "load: parallel TCP streams")
+	flag.DurationVar(&lo.Duration, "load-duration", 5*time.Second, "load: length of each run")
+	flag.IntVar(&lo.Workers, "load-workers", 8, "load: parallel connecting threads")
 	flag.Parse()
 
 	o := dataplane.Options{EdgegateBin: *edgegate, Modes: strings.Split(*modes, ","), Conns: *conns, GuestConns: *guestConns, Dir: *dir, Log: os.Stderr}
 	if *quiet {
 		o.Log = io.Discard
+	}
+	if *load {
+		o.Load = &lo
 	}
 	var err error
 	if o.Sizes, err = ints(*sizes); err != nil {
@@ -91,6 +99,30 @@ func Table(w io.Writer, results []dataplane.Result) {
 			r.Programmed.Round(10*time.Millisecond))
 	}
 	tw.Flush()
+	LoadTable(w, results)
+}
+
+// LoadTable prints the load runs' figures, each with its ratio to bare forwarding in the
+// same kernel.
+func LoadTable(w io.Writer, results []dataplane.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "where\tmode\tservices\tLB Gbit/s\tbare Gbit/s\tLB/bare\tLB cores/Gbit\tbare cores/Gbit\tLB conns/s\tnode port conns/s\tbare conns/s\tLB/bare\tLB setup p50/p99/p99.9 µs\tbare setup p50/p99/p99.9 µs\t")
+	for _, r := range results {
+		l := r.Load
+		if l == nil {
+			continue
+		}
+		tp, cr := l.LBOverBare()
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%s\t\n",
+			r.Where, r.Mode, r.Services, l.LB.Gbps, l.Bare.Gbps, tp, l.LB.CPUPerGbps, l.Bare.CPUPerGbps,
+			l.ConnsLB.PerSecond, l.ConnsNodePort.PerSecond, l.ConnsBare.PerSecond, cr, setup(l.ConnsLB), setup(l.ConnsBare))
+	}
+	tw.Flush()
+}
+
+func setup(c dataplane.ConnRate) string {
+	us := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+	return us(c.P50) + "/" + us(c.P99) + "/" + us(c.P999)
 }
 
 func lat(l dataplane.Latency) string {

@@ -24,7 +24,16 @@ func main() {
 	sizes := flag.String("sizes", "1000,10000,30000", "Service counts, comma-separated")
 	conns := flag.Int("conns", 1000, "connections per series")
 	dir := flag.String("dir", "/tmp/egbench", "scratch directory")
+	load := flag.Bool("load", false, "add the load runs")
+	var lo dataplane.LoadOptions
+	flag.IntVar(&lo.Streams, "load-streams", 0, "load: parallel TCP streams")
+	flag.DurationVar(&lo.Duration, "load-duration", 0, "load: length of each run")
+	flag.IntVar(&lo.Workers, "load-workers", 0, "load: parallel connecting threads")
 	flag.Parse()
+	var loadOpts *dataplane.LoadOptions
+	if *load {
+		loadOpts = &lo
+	}
 
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -40,6 +49,7 @@ func main() {
 		Conns: *conns, Dir: *dir, Log: os.Stdout,
 		// Under TCG a full sync of 30k virtual servers takes minutes, not seconds.
 		ProgramTimeout: 8 * time.Minute,
+		Load:           loadOpts,
 		Result: func(r dataplane.Result) {
 			js, err := json.Marshal(r)
 			if err != nil {

@@ -47,6 +47,15 @@ type Spec struct {
 	// Target, when set, maps a Service index to the real backend addresses its endpoints
 	// use instead of filler addresses (Endpoints of them, repeated if fewer are given).
 	Target map[int][]netip.Addr
+	// LoadBalancer makes the Services it indexes of type LoadBalancer, with that ingress
+	// IP and node port (externalTrafficPolicy Cluster).
+	LoadBalancer map[int]LoadBalancer
+}
+
+// LoadBalancer is a LoadBalancer Service's address and node port.
+type LoadBalancer struct {
+	IP       netip.Addr
+	NodePort uint16
 }
 
 // Name is Service i's name; names sort in index order, so the last index is the last
@@ -70,6 +79,11 @@ func (s Spec) check() error {
 		return fmt.Errorf("services: Spec.Count %d: want 1..%d", s.Count, MaxCount)
 	case s.Endpoints < 1 || s.Endpoints > MaxEndpoints:
 		return fmt.Errorf("services: Spec.Endpoints %d: want 1..%d", s.Endpoints, MaxEndpoints)
+	}
+	for i, lb := range s.LoadBalancer {
+		if i < 0 || i >= s.Count || !lb.IP.Is4() || lb.NodePort < 30000 || lb.NodePort > 32767 {
+			return fmt.Errorf("services: Spec.LoadBalancer[%d]: %s:%d: want an index of a Service, an IPv4 address, a node port in 30000-32767", i, lb.IP, lb.NodePort)
+		}
 	}
 	for i, addrs := range s.Target {
 		if i < 0 || i >= s.Count {
@@ -102,10 +116,18 @@ func Write(w io.Writer, s Spec) error {
 	filler := fillerBase
 	for i := range s.Count {
 		name, vip := Name(i), ClusterIP(i)
-		fmt.Fprintf(bw, `{"apiVersion":"v1","kind":"Service","metadata":{"name":%q,"namespace":%q},`+
-			`"spec":{"type":"ClusterIP","clusterIP":%q,"clusterIPs":[%q],"ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack",`+
-			`"ports":[{"name":"http","protocol":"TCP","port":%d,"targetPort":%d}]}}`+"\n",
-			name, Namespace, vip, vip, Port, TargetPort)
+		if lb, ok := s.LoadBalancer[i]; ok {
+			fmt.Fprintf(bw, `{"apiVersion":"v1","kind":"Service","metadata":{"name":%q,"namespace":%q},`+
+				`"spec":{"type":"LoadBalancer","clusterIP":%q,"clusterIPs":[%q],"ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack",`+
+				`"externalTrafficPolicy":"Cluster","ports":[{"name":"http","protocol":"TCP","port":%d,"targetPort":%d,"nodePort":%d}]},`+
+				`"status":{"loadBalancer":{"ingress":[{"ip":%q}]}}}`+"\n",
+				name, Namespace, vip, vip, Port, TargetPort, lb.NodePort, lb.IP)
+		} else {
+			fmt.Fprintf(bw, `{"apiVersion":"v1","kind":"Service","metadata":{"name":%q,"namespace":%q},`+
+				`"spec":{"type":"ClusterIP","clusterIP":%q,"clusterIPs":[%q],"ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack",`+
+				`"ports":[{"name":"http","protocol":"TCP","port":%d,"targetPort":%d}]}}`+"\n",
+				name, Namespace, vip, vip, Port, TargetPort)
+		}
 		fmt.Fprintf(bw, `{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"%s-0","namespace":%q,`+
 			`"labels":{"kubernetes.io/service-name":%q}},"addressType":"IPv4","ports":[{"name":"http","protocol":"TCP","port":%d}],"endpoints":[`,
 			name, Namespace, name, TargetPort)

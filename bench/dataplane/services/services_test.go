@@ -19,7 +19,9 @@ func TestWriteLoads(t *testing.T) {
 	backends := []netip.Addr{netip.MustParseAddr("10.240.2.2"), netip.MustParseAddr("10.240.2.3")}
 	const n = 300
 	dir := t.TempDir()
-	path, err := WriteDir(dir, Spec{Count: n, Endpoints: 3, Target: map[int][]netip.Addr{n - 1: backends}})
+	lb := LoadBalancer{IP: netip.MustParseAddr("203.0.113.80"), NodePort: 30080}
+	path, err := WriteDir(dir, Spec{Count: n, Endpoints: 3, Target: map[int][]netip.Addr{n - 1: backends},
+		LoadBalancer: map[int]LoadBalancer{n - 1: lb}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +78,14 @@ func TestWriteLoads(t *testing.T) {
 	for _, s := range svcs {
 		if s.Name == Name(n-1) && s.Spec.ClusterIP != "10.96.1.44" {
 			t.Errorf("Service %s: clusterIP %s, want 10.96.1.44", s.Name, s.Spec.ClusterIP)
+		}
+		ing := s.Status.LoadBalancer.Ingress
+		switch {
+		case s.Name == Name(n-1) && (s.Spec.Type != "LoadBalancer" || s.Spec.Ports[0].NodePort != 30080 || len(ing) != 1 || ing[0].IP != "203.0.113.80"):
+			t.Errorf("Service %s: type %s, node port %d, ingress %+v; want LoadBalancer 203.0.113.80, node port 30080",
+				s.Name, s.Spec.Type, s.Spec.Ports[0].NodePort, ing)
+		case s.Name != Name(n-1) && (s.Spec.Type != "ClusterIP" || len(ing) != 0):
+			t.Errorf("Service %s: type %s, ingress %+v", s.Name, s.Spec.Type, ing)
 		}
 	}
 }
