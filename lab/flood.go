@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgegate/edgegate/daemon/kernel/conntrack"
@@ -220,4 +221,20 @@ func askOnce(c net.Conn) Result {
 		return Result{Outcome: classify(err), Err: err}
 	}
 	return Result{Outcome: Answered, Reply: reply}
+}
+
+// RouteVia routes prefix through the neighbour via in h's namespace (the route a flood's
+// spoofed sources need back to the flooder): netlink, as a guest has no ip(8).
+func (h *Host) RouteVia(prefix netip.Prefix, via netip.Addr) error {
+	n, err := openLinks(h)
+	if err != nil {
+		return err
+	}
+	defer n.close()
+	r := &netlink.Route{Dst: ipNet(prefix), Gw: via.AsSlice(), Family: unix.AF_INET}
+	if via.Is6() {
+		r.Family = unix.AF_INET6
+	}
+	n.fail("route "+prefix.String()+" via "+via.String(), n.nl.RouteAdd(r))
+	return n.err
 }

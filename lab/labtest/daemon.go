@@ -29,6 +29,16 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// GuestMain is Main for a test binary that runs inside a QEMU guest booted from the
+// firmware (qemu/testdata/*test): the lab's gateway daemon is the firmware's own binary,
+// /init, run as a plain daemon, and every prerequisite is there, so a lab that cannot be
+// built fails rather than skips.
+func GuestMain(m *testing.M) {
+	os.Setenv("EDGEGATE_BIN", "/init")
+	os.Setenv("CI", "true")
+	Main(m)
+}
+
 // DaemonBinary returns the edgegate binary to test: $EDGEGATE_BIN when set, else ./daemon
 // of this module built once per test binary.
 func DaemonBinary(t testing.TB) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgegate/edgegate/daemon/plan/ipvs"
 
+	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/lab"
 )
 
@@ -89,6 +90,16 @@ func ipvsScheduler(name string) serviceMod {
 			s.Annotations = map[string]string{}
 		}
 		s.Annotations[ipvs.SchedulerAnnotation] = name
+	}
+}
+
+// protection sets the Service's edgegate.dev/protection annotation.
+func protection(spec string) serviceMod {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[model.ProtectionAnnotation] = spec
 	}
 }
 

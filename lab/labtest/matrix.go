@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/edgegate/edgegate/daemon/kernel/fastpath"
 	"github.com/edgegate/edgegate/daemon/kernel/ipvs"
 	"github.com/edgegate/edgegate/daemon/plan/nft"
 	"github.com/edgegate/edgegate/lab"
@@ -243,6 +244,9 @@ func cleanupLeavesNothing(t *testing.T, l *lab.Lab) {
 		if left := modes[name].owned(s); len(left) > 0 {
 			t.Errorf("after --cleanup %s mode's state is still there: %s\n%s", name, strings.Join(left, "; "), s)
 		}
+	}
+	if left := s.TablesNamed(fastpath.TableName); len(left) > 0 {
+		t.Errorf("after --cleanup the fast path is still there: %s\n%s", strings.Join(left, "; "), s)
 	}
 }
 

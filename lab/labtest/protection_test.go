@@ -12,24 +12,12 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/edgegate/edgegate/daemon/dashboard"
-	"github.com/edgegate/edgegate/daemon/model"
 	"github.com/edgegate/edgegate/daemon/view"
 	"github.com/edgegate/edgegate/lab"
 )
-
-// protection sets the Service's edgegate.dev/protection annotation.
-func protection(spec string) serviceMod {
-	return func(s *v1.Service) {
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[model.ProtectionAnnotation] = spec
-	}
-}
 
 // The flood: spoofed sources of 10.201.0.0/16 from client-2 (the gateway routes them back
 // to it, so its SYN-ACKs go nowhere else), far above the legitimate client's 40
@@ -134,7 +122,9 @@ func TestSYNFlood(t *testing.T) {
 	dir.Write(t, "guarded", manifests(guarded, slice(guarded, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	dir.Write(t, "open", manifests(open, slice(open, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	d := StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--full-sync-period", "1m")...)
-	Exec(t, l.Gateway, "ip", "route", "add", floodSources, "via", l.Client2.IPv4.String())
+	if err := l.Gateway.RouteVia(netip.MustParsePrefix(floodSources), l.Client2.IPv4); err != nil {
+		t.Fatal(err)
+	}
 	for _, addr := range []string{"203.0.113.41:80", "203.0.113.40:80", lab.NodeIPv4.String() + ":30041"} {
 		eventually(t, 10*time.Second, addr+" answers", func() (bool, string) {
 			r := l.Client.Probe(addr)

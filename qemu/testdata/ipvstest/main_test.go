@@ -9,17 +9,9 @@
 package ipvstest
 
 import (
-	"os"
 	"testing"
 
 	"github.com/edgegate/edgegate/lab/labtest"
 )
 
-func TestMain(m *testing.M) {
-	// The lab's gateway daemon is the firmware's own binary: not PID 1, it runs as a
-	// plain daemon.
-	os.Setenv("EDGEGATE_BIN", "/init")
-	// Inside the guest every prerequisite is there: a lab that cannot be built fails.
-	os.Setenv("CI", "true")
-	labtest.Main(m)
-}
+func TestMain(m *testing.M) { labtest.GuestMain(m) }
