@@ -57,9 +57,10 @@ func loadSections(r *report, res []dataplane.Result) {
 			s = r.add(fmt.Sprintf("data plane under load (%s): through the LoadBalancer IP / bare forwarding", x.Where),
 				"Gbit/s", "LB/bare", "cores per Gbit/s", "new conns/s (LB, node port, bare)", "LB/bare", "setup p50 / p99 / p99.9 (LB)", "(bare)")
 			s.Notes = []string{
-				"Gbit/s: 4 TCP streams for 5 s to the last Service's LoadBalancer IP, and to the backend through the",
+				"Gbit/s: 4 TCP streams for 3 s to the last Service's LoadBalancer IP, and to the backend through the",
 				"rule-free router (bare); cores per Gbit/s: the whole machine's busy CPU (softirq included) per Gbit/s.",
-				"new conns/s: 8 threads connecting back to back for 5 s, each connection an exchange ended by a reset.",
+				"new conns/s: 8 threads connecting back to back for 3 s, each connection an exchange ended by a reset.",
+				"Every series runs 3 times, interleaved; figures are medians, latencies over all rounds' connections.",
 			}
 			byWhere[x.Where] = s
 		}

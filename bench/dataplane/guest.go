@@ -70,7 +70,7 @@ func runGuest(ctx context.Context, o Options, edgegateBin string) ([]Result, err
 	if l := o.Load; l != nil {
 		lo := l.withDefaults()
 		args = append(args, "-load", fmt.Sprintf("-load-streams=%d", lo.Streams), "-load-duration="+lo.Duration.String(),
-			fmt.Sprintf("-load-workers=%d", lo.Workers))
+			fmt.Sprintf("-load-workers=%d", lo.Workers), fmt.Sprintf("-load-rounds=%d", lo.Rounds))
 	}
 	fw, err := guestimage.Build(ctx, guestimage.Spec{
 		Board: b, Edgegate: edgegateBin, Program: guestProgram,

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -36,6 +37,8 @@ type LoadOptions struct {
 	Duration time.Duration
 	// Workers connect in parallel in a connection-rate run.
 	Workers int
+	// Rounds: each series runs this many times, interleaved (default 3); figures are medians.
+	Rounds int
 }
 
 func (o LoadOptions) withDefaults() LoadOptions {
@@ -43,10 +46,13 @@ func (o LoadOptions) withDefaults() LoadOptions {
 		o.Streams = 4
 	}
 	if o.Duration == 0 {
-		o.Duration = 5 * time.Second
+		o.Duration = 3 * time.Second
 	}
 	if o.Workers == 0 {
 		o.Workers = 8
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 3
 	}
 	return o
 }
@@ -64,6 +70,7 @@ type ConnRate struct {
 	PerSecond      float64
 	P50, P99, P999 time.Duration
 	Conns, Failed  int
+	setups         []time.Duration // every connection's, for merging rounds
 }
 
 // Load is the load measured through one gateway configuration.
@@ -95,28 +102,73 @@ func (c ConnRate) String() string {
 		c.PerSecond, us(c.P50), us(c.P99), us(c.P999), c.Failed, c.Conns+c.Failed)
 }
 
-// measureLoad runs the throughput and connection-rate runs, bare first then through the
-// gateway, each alone on the machine.
+// measureLoad runs the throughput and connection-rate runs in rounds (o.Rounds), bare and
+// through the gateway alternating with the order rotating each round, so that whatever else
+// changes on the machine meanwhile (another process, a TCG guest's host) hits every series
+// alike; each figure is the median of its rounds, latencies are over every round's
+// connections.
 func measureLoad(ctx context.Context, client node, lb, nodePort, bare netip.AddrPort, o LoadOptions) (Load, error) {
 	o = o.withDefaults()
-	var l Load
-	var err error
-	if l.Bare, err = throughput(ctx, client, bare, o); err != nil {
-		return l, fmt.Errorf("throughput, bare: %w", err)
+	type tpSeries struct {
+		name string
+		dst  netip.AddrPort
+		runs []Throughput
 	}
-	if l.LB, err = throughput(ctx, client, lb, o); err != nil {
-		return l, fmt.Errorf("throughput, LoadBalancer IP %s: %w", lb, err)
+	tps := []*tpSeries{{name: "bare", dst: bare}, {name: "LoadBalancer IP " + lb.String(), dst: lb}}
+	type crSeries struct {
+		name string
+		dst  netip.AddrPort
+		runs []ConnRate
 	}
-	if l.ConnsBare, err = connRate(ctx, client, bare, o); err != nil {
-		return l, fmt.Errorf("connection rate, bare: %w", err)
+	crs := []*crSeries{{name: "bare", dst: bare}, {name: "LoadBalancer IP " + lb.String(), dst: lb},
+		{name: "node port " + nodePort.String(), dst: nodePort}}
+	for round := range o.Rounds {
+		for k := range tps {
+			s := tps[(round+k)%len(tps)]
+			t, err := throughput(ctx, client, s.dst, o)
+			if err != nil {
+				return Load{}, fmt.Errorf("throughput, %s: %w", s.name, err)
+			}
+			s.runs = append(s.runs, t)
+		}
+		for k := range crs {
+			s := crs[(round+k)%len(crs)]
+			c, err := connRate(ctx, client, s.dst, o)
+			if err != nil {
+				return Load{}, fmt.Errorf("connection rate, %s: %w", s.name, err)
+			}
+			s.runs = append(s.runs, c)
+		}
 	}
-	if l.ConnsLB, err = connRate(ctx, client, lb, o); err != nil {
-		return l, fmt.Errorf("connection rate, LoadBalancer IP %s: %w", lb, err)
+	return Load{Bare: medianThroughput(tps[0].runs), LB: medianThroughput(tps[1].runs),
+		ConnsBare: mergeRates(crs[0].runs), ConnsLB: mergeRates(crs[1].runs), ConnsNodePort: mergeRates(crs[2].runs)}, nil
+}
+
+// medianThroughput is the run with the median Gbit/s.
+func medianThroughput(runs []Throughput) Throughput {
+	slices.SortFunc(runs, func(a, b Throughput) int { return cmp.Compare(a.Gbps, b.Gbps) })
+	return runs[len(runs)/2]
+}
+
+// mergeRates is the median rate of the runs, with the latency percentiles over all their
+// connections.
+func mergeRates(runs []ConnRate) ConnRate {
+	var out ConnRate
+	var setups []time.Duration
+	rates := make([]float64, len(runs))
+	for i, r := range runs {
+		rates[i] = r.PerSecond
+		out.Conns += r.Conns
+		out.Failed += r.Failed
+		setups = append(setups, r.setups...)
 	}
-	if l.ConnsNodePort, err = connRate(ctx, client, nodePort, o); err != nil {
-		return l, fmt.Errorf("connection rate, node port %s: %w", nodePort, err)
+	slices.Sort(rates)
+	slices.Sort(setups)
+	out.PerSecond = rates[len(rates)/2]
+	if len(setups) > 0 {
+		out.P50, out.P99, out.P999 = rank(setups, 0.50), rank(setups, 0.99), rank(setups, 0.999)
 	}
-	return l, nil
+	return out
 }
 
 // sinkMagic starts a throughput stream; what the backend's port gets otherwise is a
@@ -259,6 +311,7 @@ func connRate(ctx context.Context, client node, dst netip.AddrPort, o LoadOption
 	slices.Sort(setups)
 	r.PerSecond = float64(r.Conns) / took.Seconds()
 	r.P50, r.P99, r.P999 = rank(setups, 0.50), rank(setups, 0.99), rank(setups, 0.999)
+	r.setups = setups
 	return r, nil
 }
 

@@ -41,7 +41,8 @@ func run() error {
 	load := flag.Bool("load", false, "add the load runs: throughput through the LoadBalancer IP and bare, new connections per second (the guest also measures nftables with --fast-path)")
 	var lo dataplane.LoadOptions
 	flag.IntVar(&lo.Streams, "load-streams", 4, "load: parallel TCP streams")
-	flag.DurationVar(&lo.Duration, "load-duration", 5*time.Second, "load: length of each run")
+	flag.DurationVar(&lo.Duration, "load-duration", 3*time.Second, "load: length of each run")
+	flag.IntVar(&lo.Rounds, "load-rounds", 3, "load: runs of each series, interleaved; figures are medians")
 	flag.IntVar(&lo.Workers, "load-workers", 8, "load: parallel connecting threads")
 	flag.Parse()
 

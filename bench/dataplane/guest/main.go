@@ -29,6 +29,7 @@ func main() {
 	flag.IntVar(&lo.Streams, "load-streams", 0, "load: parallel TCP streams")
 	flag.DurationVar(&lo.Duration, "load-duration", 0, "load: length of each run")
 	flag.IntVar(&lo.Workers, "load-workers", 0, "load: parallel connecting threads")
+	flag.IntVar(&lo.Rounds, "load-rounds", 0, "load: runs of each series, interleaved")
 	flag.Parse()
 	var loadOpts *dataplane.LoadOptions
 	if *load {
