@@ -146,6 +146,11 @@ func CheckFlows(t *testing.T, snap *model.Snapshot, cfg plan.Config, mp ModePlan
 		}
 		np := Packet{src: netip.MustParseAddr(clientAddr), dst: netip.MustParseAddr(nodeAddr), proto: sp.Name.Protocol, dport: sp.NodePort}
 		want = Expected(p.External, !p.UsesClusterForExternal, &p)
+		if mp.Mode == plan.ModeNFTables && synProxied(sp, &p) {
+			// The handshake is the kernel's: the synproxy answers it, then opens the
+			// connection from the node (checked below).
+			want = []string{SynProxied}
+		}
 		if got := Unmasked(tr.Results(np)); !slices.Equal(want, got) {
 			t.Fatalf("%s %s %v node port: want %v, got %v\n%s", mp.Mode, sp.Name, mp.Family, want, got, mp.Dump())
 		}
@@ -158,6 +163,11 @@ func CheckFlows(t *testing.T, snap *model.Snapshot, cfg plan.Config, mp ModePlan
 			t.Fatalf("%s %s %v node port from the node: want %v, got %v\n%s", mp.Mode, sp.Name, mp.Family, want, got, mp.Dump())
 		}
 	}
+}
+
+// synProxied reports whether nftables mode SYN-proxies the port's external frontends.
+func synProxied(sp *model.ServicePort, p *plan.PortPolicy) bool {
+	return sp.Protection != nil && sp.Protection.SynProxy && sp.Name.Protocol == model.TCP && p.External == plan.Forward
 }
 
 // Expected lists the trace results an outcome means: every endpoint of the policy's set,
@@ -296,6 +306,10 @@ func (in *FuzzInput) service() *v1.Service {
 	if in.flag() {
 		td := in.Pick("PreferClose", "PreferSameZone", "PreferSameNode", "Other")
 		sp.TrafficDistribution = &td
+	}
+	if in.N(3) == 0 {
+		s.Annotations = map[string]string{model.ProtectionAnnotation: in.Pick("{synProxy: true}", "{maxConnsPerSource: 3}",
+			"{synProxy: true, newConnsPerSecond: 5, maxConnsPerSource: 9}", "{newConnsPerSecond: 2}", "{synProxy: maybe}")}
 	}
 	return s
 }
