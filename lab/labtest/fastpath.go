@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/daemon/kernel/fastpath"
+	"github.com/edgegate/edgegate/daemon/view"
 	"github.com/edgegate/edgegate/lab"
 )
 
@@ -52,4 +53,30 @@ func fastPathOffloads(t *testing.T, l *lab.Lab, g *Gateway) {
 	if packets == 0 {
 		t.Error("the forward hook saw no packet of the connection: the counter counts nothing")
 	}
+
+	// The dashboard's counts are the NAT chains' (one a connection, at its first packet,
+	// before any offload): they still move, one per new connection.
+	const service = "matrix/offloaded:p"
+	connections := func() (uint64, error) {
+		var traffic map[string]view.ServiceTraffic
+		if err := l.DashboardTraffic(&traffic); err != nil {
+			return 0, err
+		}
+		return traffic[service].Connections, nil
+	}
+	var before uint64
+	eventually(t, 10*time.Second, "the dashboard counts "+service, func() (bool, string) {
+		n, err := connections()
+		before = n
+		return err == nil && n >= 1, fmt.Sprintf("%d connections, %v", n, err)
+	})
+	for range 5 {
+		if r := l.Client.Probe("10.96.10.90:80"); r.Outcome != lab.Answered {
+			t.Fatalf("a new connection with the fast path on: %v", r)
+		}
+	}
+	eventually(t, 10*time.Second, "the dashboard counts 5 more connections", func() (bool, string) {
+		n, err := connections()
+		return err == nil && n == before+5, fmt.Sprintf("%d connections after %d and 5 more, %v", n, before, err)
+	})
 }
