@@ -75,8 +75,8 @@ const (
 	rateStateSeconds = 60
 )
 
-// Protected reports whether the service port's protection applies in family f: it asks
-// for some, and it has frontends reachable from outside.
+// Protected reports whether the service port's protection applies: it asks for some, and
+// it has frontends reachable from outside.
 func Protected(sp *model.ServicePort) bool {
 	return sp.Protection.Any() && (sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0)
 }

@@ -1,6 +1,7 @@
 package nft_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -128,4 +129,38 @@ func TestGoldenProtected(t *testing.T) {
 		mt.DualStack("fd00:96::10"), mt.LoadBalancerIPs("203.0.113.10", "2001:db8:113::10"), mt.SourceRanges("10.200.1.0/24", "fd00:200:1::/64"))
 	v6eps := mt.Slice("default", "web-v6", "web", "http", v1.ProtocolTCP, 8080, mt.EP("fd00:200:2::11"))
 	pt.GoldenDumps(t, map[string][]any{"protected": {svc, pt.WebV4Ready(), v6eps}}, nftMode.Dumps(plan.Config{NodeName: "gw"}))
+}
+
+// Split over shard tables, a protected cluster keeps the protection's chains, maps and
+// sets with the filter hooks in the main table, and every table refers only to what it
+// holds.
+func TestProtectionSurvivesTheSplit(t *testing.T) {
+	objs := []any{protected("{synProxy: true, maxConnsPerSource: 8, newConnsPerSecond: 4}"), pt.WebV4Ready()}
+	for i := range 40 {
+		name := fmt.Sprintf("svc-%02d", i)
+		objs = append(objs, mt.Service("default", name, fmt.Sprintf("10.96.1.%d", i+1), mt.Port("http", v1.ProtocolTCP, 80, 8080, 0)),
+			mt.Slice("default", name+"-1", name, "http", v1.ProtocolTCP, 8080, mt.EP(fmt.Sprintf("10.200.3.%d", i+1)), mt.EP(fmt.Sprintf("10.200.4.%d", i+1))))
+	}
+	snap := mt.Snapshot(objs...)
+	s := &nft.Shards{PerTable: 8}
+	tables := s.Split(nft.Build(snap, model.IPv4, pt.Cfg))
+	if len(tables) < 3 {
+		t.Fatalf("split into %d tables, want a main table and shards", len(tables))
+	}
+	main := tables[0]
+	for _, name := range []string{nft.ChainRawPrerouting, nft.ChainNATSynProxy, nft.ChainSynProxyInput, nft.ChainProtectCheck} {
+		if main.Chains[name] == nil {
+			t.Errorf("the main table lacks %s", name)
+		}
+	}
+	for _, name := range []string{nft.MapSynProxyIPs, nft.MapProtectedIPs, nft.SetSynProxiedIPs} {
+		if set := main.Sets[name]; set == nil || len(set.Elems) == 0 {
+			t.Errorf("the main table's %s: %+v", name, set)
+		}
+	}
+	for _, tab := range tables {
+		if err := tab.Validate(); err != nil {
+			t.Errorf("table %s: %v", tab.Name, err)
+		}
+	}
 }

@@ -444,6 +444,10 @@ func (r Rule) SetRefs() []string {
 			out = append(out, s.Map)
 		case UpdateSource:
 			out = append(out, s.Set)
+		case OverSourceRate:
+			out = append(out, s.Set)
+		case OverSourceConns:
+			out = append(out, s.Set)
 		}
 	}
 	return out
