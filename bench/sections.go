@@ -17,19 +17,13 @@ import (
 func dataPlaneSections(ctx context.Context, r *report, edgegate string, sizes []int, modes []string, log io.Writer) {
 	res, err := dataplane.Run(ctx, dataplane.Options{EdgegateBin: edgegate, Sizes: sizes, Modes: modes, Log: log,
 		Load: &dataplane.LoadOptions{}})
-	byWhere := map[string]*section{}
+	sections := perKernel(r, "data plane (%s): TCP connection setup, connect() to established, p50 / p99 / mean",
+		[]string{"VIP", "direct", "bare", "VIP/direct", "VIP/bare", "conns", "programmed"},
+		"VIP: to the last Service's ClusterIP through edgegate's rules; direct: to the backend through the same",
+		"gateway, matching no Service; bare: through a twin gateway with no rules at all (the physical limit).",
+		"Ratios are p50 / p99 / mean; series interleaved in batches of 20 so load changes hit all three.")
 	for _, x := range res {
-		s := byWhere[x.Where]
-		if s == nil {
-			s = r.add(fmt.Sprintf("data plane (%s): TCP connection setup, connect() to established, p50 / p99 / mean", x.Where),
-				"VIP", "direct", "bare", "VIP/direct", "VIP/bare", "conns", "programmed")
-			s.Notes = []string{
-				"VIP: to the last Service's ClusterIP through edgegate's rules; direct: to the backend through the same",
-				"gateway, matching no Service; bare: through a twin gateway with no rules at all (the physical limit).",
-				"Ratios are p50 / p99 / mean; series interleaved in batches of 20 so load changes hit all three.",
-			}
-			byWhere[x.Where] = s
-		}
+		s := sections(x.Where)
 		p50, p99, mean := dataplane.Ratio(x.VIP, x.Direct)
 		b50, b99, bmean := dataplane.Ratio(x.VIP, x.Bare)
 		s.row(fmt.Sprintf("%s, %d Services", x.Mode, x.Services),
@@ -44,26 +38,35 @@ func dataPlaneSections(ctx context.Context, r *report, edgegate string, sizes []
 	}
 }
 
+// perKernel returns the section of a kernel ("host", "qemu-x86_64 guest"), added to r the
+// first time it is asked for: title has one %s for the kernel.
+func perKernel(r *report, title string, columns []string, notes ...string) func(where string) *section {
+	byWhere := map[string]*section{}
+	return func(where string) *section {
+		s := byWhere[where]
+		if s == nil {
+			s = r.add(fmt.Sprintf(title, where), columns...)
+			s.Notes = notes
+			byWhere[where] = s
+		}
+		return s
+	}
+}
+
 // loadSections adds the load runs' figures, one section per kernel.
 func loadSections(r *report, res []dataplane.Result) {
-	byWhere := map[string]*section{}
+	sections := perKernel(r, "data plane under load (%s): through the LoadBalancer IP / bare forwarding",
+		[]string{"Gbit/s", "LB/bare", "cores per Gbit/s", "new conns/s (LB, node port, bare)", "LB/bare", "setup p50 / p99 / p99.9 (LB)", "(bare)"},
+		"Gbit/s: 4 TCP streams for 3 s to the last Service's LoadBalancer IP, and to the backend through the",
+		"rule-free router (bare); cores per Gbit/s: the whole machine's busy CPU (softirq included) per Gbit/s.",
+		"new conns/s: 8 threads connecting back to back for 3 s, each connection an exchange ended by a reset.",
+		"Every series runs 3 times, interleaved; figures are medians, latencies over all rounds' connections.")
 	for _, x := range res {
 		l := x.Load
 		if l == nil {
 			continue
 		}
-		s := byWhere[x.Where]
-		if s == nil {
-			s = r.add(fmt.Sprintf("data plane under load (%s): through the LoadBalancer IP / bare forwarding", x.Where),
-				"Gbit/s", "LB/bare", "cores per Gbit/s", "new conns/s (LB, node port, bare)", "LB/bare", "setup p50 / p99 / p99.9 (LB)", "(bare)")
-			s.Notes = []string{
-				"Gbit/s: 4 TCP streams for 3 s to the last Service's LoadBalancer IP, and to the backend through the",
-				"rule-free router (bare); cores per Gbit/s: the whole machine's busy CPU (softirq included) per Gbit/s.",
-				"new conns/s: 8 threads connecting back to back for 3 s, each connection an exchange ended by a reset.",
-				"Every series runs 3 times, interleaved; figures are medians, latencies over all rounds' connections.",
-			}
-			byWhere[x.Where] = s
-		}
+		s := sections(x.Where)
 		tp, cr := l.LBOverBare()
 		us := func(c dataplane.ConnRate) string {
 			return fmt.Sprintf("%d / %d / %d µs", c.P50.Microseconds(), c.P99.Microseconds(), c.P999.Microseconds())

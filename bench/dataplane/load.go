@@ -109,18 +109,8 @@ func (c ConnRate) String() string {
 // connections.
 func measureLoad(ctx context.Context, client node, lb, nodePort, bare netip.AddrPort, o LoadOptions) (Load, error) {
 	o = o.withDefaults()
-	type tpSeries struct {
-		name string
-		dst  netip.AddrPort
-		runs []Throughput
-	}
-	tps := []*tpSeries{{name: "bare", dst: bare}, {name: "LoadBalancer IP " + lb.String(), dst: lb}}
-	type crSeries struct {
-		name string
-		dst  netip.AddrPort
-		runs []ConnRate
-	}
-	crs := []*crSeries{{name: "bare", dst: bare}, {name: "LoadBalancer IP " + lb.String(), dst: lb},
+	tps := []*loadSeries[Throughput]{{name: "bare", dst: bare}, {name: "LoadBalancer IP " + lb.String(), dst: lb}}
+	crs := []*loadSeries[ConnRate]{{name: "bare", dst: bare}, {name: "LoadBalancer IP " + lb.String(), dst: lb},
 		{name: "node port " + nodePort.String(), dst: nodePort}}
 	for round := range o.Rounds {
 		for k := range tps {
@@ -142,6 +132,13 @@ func measureLoad(ctx context.Context, client node, lb, nodePort, bare netip.Addr
 	}
 	return Load{Bare: medianThroughput(tps[0].runs), LB: medianThroughput(tps[1].runs),
 		ConnsBare: mergeRates(crs[0].runs), ConnsLB: mergeRates(crs[1].runs), ConnsNodePort: mergeRates(crs[2].runs)}, nil
+}
+
+// loadSeries is one destination of a kind of load run, and its rounds.
+type loadSeries[R any] struct {
+	name string
+	dst  netip.AddrPort
+	runs []R
 }
 
 // medianThroughput is the run with the median Gbit/s.

@@ -21,29 +21,37 @@ func RunFastPath(t *testing.T) {
 	RunMatrixWith(t, "nftables", []string{"--fast-path"}, &first)
 }
 
-func fastPathOffloads(t *testing.T, l *lab.Lab, g *Gateway) {
-	eventually(t, 15*time.Second, "the fast path over the gateway's interfaces", func() (bool, string) {
-		fts, err := l.Gateway.Flowtables(fastpath.TableName)
-		return err == nil && len(fts) == 1 && strings.HasPrefix(fts[0], fastpath.FlowtableName+":") && strings.Contains(fts[0], "c1"),
-			fmt.Sprintf("%q %v", fts, err)
-	})
+// forwardedPackets counts the packets the gateway's forward hook sees of one kept-alive
+// connection from client-1 to addr over n request/response exchanges.
+func forwardedPackets(t *testing.T, l *lab.Lab, addr string, n int) uint64 {
+	t.Helper()
 	counter, err := l.Gateway.CountForwarded(lab.BackendTCPPort)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer counter.Close()
-	c := openHTTP(t, l.Client, "10.96.10.90:80")
+	c := openHTTP(t, l.Client, addr)
 	defer c.Close()
-	const exchanges = 100
-	for i := range exchanges {
+	for i := range n {
 		if _, err := c.Ask(); err != nil {
-			t.Fatalf("exchange %d over one connection: %v", i+1, err)
+			t.Fatalf("exchange %d of %d over one connection to %s: %v", i+1, n, addr, err)
 		}
 	}
 	packets, err := counter.Packets()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return packets
+}
+
+func fastPathOffloads(t *testing.T, l *lab.Lab, g *Gateway) {
+	eventually(t, 15*time.Second, "the fast path over the gateway's interfaces", func() (bool, string) {
+		fts, err := l.Gateway.Flowtables(fastpath.TableName)
+		return err == nil && len(fts) == 1 && strings.HasPrefix(fts[0], fastpath.FlowtableName+":") && strings.Contains(fts[0], "c1"),
+			fmt.Sprintf("%q %v", fts, err)
+	})
+	const exchanges = 100
+	packets := forwardedPackets(t, l, "10.96.10.90:80", exchanges)
 	// Without the fast path every request, reply and ACK passes the hook: over 200
 	// packets. Offloaded once established, a handful.
 	t.Logf("%d exchanges over one connection: %d packets seen by the forward hook", exchanges, packets)

@@ -18,22 +18,7 @@ func TestForwardCounterWithoutFastPath(t *testing.T) {
 	svc := service("counted", []string{"10.96.10.91"})
 	dir.Write(t, "counted", manifests(svc, slice(svc, discovery.AddressTypeIPv4, ready(1, 2, 3))))
 	d := StartDaemon(t, l.Gateway, append(lab.DaemonArgs("nftables", string(dir)), "--fast-path")...)
-	counter, err := l.Gateway.CountForwarded(lab.BackendTCPPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer counter.Close()
-	c := openHTTP(t, l.Client, "10.96.10.91:80")
-	defer c.Close()
-	for i := range 100 {
-		if _, err := c.Ask(); err != nil {
-			t.Fatalf("exchange %d: %v", i+1, err)
-		}
-	}
-	packets, err := counter.Packets()
-	if err != nil {
-		t.Fatal(err)
-	}
+	packets := forwardedPackets(t, l, "10.96.10.91:80", 100)
 	if packets < 200 {
 		t.Errorf("100 exchanges: the forward hook counted %d packets, want 200 or more", packets)
 	}
