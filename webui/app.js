@@ -54,6 +54,8 @@ function renderConntrack() {
   box.append(badge(`conntrack ${fmtNum(c.entries)} / ${fmtNum(c.max)}` + (c.pressed ? " · FULL" : ""), c.pressed ? "bad" : "ok"));
   if (c.dropped || c.earlyDrops) box.append(" ", el("span", { class: "mute" }, `dropped ${fmtNum(c.dropped)} · evicted ${fmtNum(c.earlyDrops)}`));
   if (c.synProxy) box.append(" ", el("span", { class: "mute" }, `synproxy: ${fmtNum(c.synProxy.syns)} SYNs, ${fmtNum(c.synProxy.completed)} completed`));
+  const fp = (state.fastPath || {}).devices || [];
+  if (fp.length) box.append(" ", badge(`fast path: ${fp.join(", ")}`, "ok"));
 }
 
 function renderCluster() {
@@ -261,7 +263,7 @@ async function updateSubmitted(ev) {
 
 const renderers = {
   loadBalancer: renderLB, update: renderUpdate,
-  drain: renderDrain, conntrack: renderConntrack, firmware: renderFirmware, daemon: renderFirmware, cluster: renderCluster, services: renderServices,
+  drain: renderDrain, conntrack: renderConntrack, fastPath: renderConntrack, firmware: renderFirmware, daemon: renderFirmware, cluster: renderCluster, services: renderServices,
   traffic: () => { onTraffic(); renderServices(); }, syncs: renderSyncs, network: renderNetwork, logs: renderLogs,
 };
 const limits = { syncs: 120, logs: 500 };

@@ -110,7 +110,16 @@ func Run(ctx context.Context, o Options) error {
 		us.start(ctx, u)
 	}
 	us.start(ctx, conntrackUnit(log, mg.dash))
-	us.start(ctx, fastPathUnit(cfg, fastpath.Kernel{}, log, nil))
+	var showFastPath func([]string)
+	if mg.dash != nil {
+		showFastPath = mg.dash.SetFastPath
+	}
+	us.start(ctx, fastPathUnit(cfg, fastpath.Kernel{}, log, func(devices []string) {
+		m.SetFastPathInterfaces(len(devices))
+		if showFastPath != nil {
+			showFastPath(devices)
+		}
+	}))
 	for _, u := range mg.units(cfg, lbs, px.allowList, log) {
 		us.start(ctx, u)
 	}

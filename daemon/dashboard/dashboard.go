@@ -29,6 +29,7 @@ const (
 	KeyLB        = "loadBalancer"
 	KeyDaemon    = "daemon"
 	KeyConntrack = "conntrack"
+	KeyFastPath  = "fastPath"
 )
 
 // SyncLimit is how many syncs the history keeps.
@@ -111,6 +112,11 @@ type SynProxy struct {
 	SYNs           uint64 `json:"syns"`
 	Completed      uint64 `json:"completed"`
 	InvalidCookies uint64 `json:"invalidCookies"`
+}
+
+// SetFastPath shows the interfaces the fast path's flowtable covers (none: off).
+func (d *Dashboard) SetFastPath(devices []string) {
+	_ = d.hub.Set(KeyFastPath, map[string]any{"devices": append([]string{}, devices...)})
 }
 
 // SetConntrack shows the connection tracking table's state.

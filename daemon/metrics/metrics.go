@@ -46,6 +46,7 @@ type Metrics struct {
 	listenerRefused     *prometheus.CounterVec
 	listenerConns       *prometheus.GaugeVec
 	heartbeatsRejected  *prometheus.CounterVec
+	fastPathInterfaces  prometheus.Gauge
 }
 
 // syncBuckets are kube-proxy's sync latency buckets: 1ms doubling up to about 16s.
@@ -116,6 +117,7 @@ func New() *Metrics {
 		listenerRefused:    counterVec("listener_connections_refused_total", "Connections an HTTP listener closed at once because a cap was reached, by listener and cap (per_source, total)", "listener", "reason"),
 		listenerConns:      gaugeVec("listener_connections", "Connections an HTTP listener holds open, by listener (websockets included)", "listener"),
 		heartbeatsRejected: counterVec("lb_heartbeats_rejected_total", "LoadBalancer heartbeats refused, by reason: unsigned, bad-mac, malformed, replayed, stale", "reason"),
+		fastPathInterfaces: gauge("fast_path_interfaces", "Interfaces the fast path's flowtable covers (0: off, or the kernel has no flowtables)"),
 	}
 	// Every known label value starts at zero so a scrape shows the series before the first event.
 	for _, mode := range plan.Modes {
@@ -136,7 +138,7 @@ func New() *Metrics {
 		m.endpointChanges, m.endpointPending, m.serviceChanges, m.servicePending,
 		m.syncFailures, m.nftablesFailures, m.noLocalEndpoints,
 		m.conntrackDeleted, m.manifestProblems, m.objectsRejected, m.listenerRefused, m.listenerConns,
-		m.heartbeatsRejected,
+		m.heartbeatsRejected, m.fastPathInterfaces,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -189,6 +191,9 @@ func (m *Metrics) SetPending(services, endpoints int) {
 	m.servicePending.Set(float64(services))
 	m.endpointPending.Set(float64(endpoints))
 }
+
+// SetFastPathInterfaces sets how many interfaces the fast path covers.
+func (m *Metrics) SetFastPathInterfaces(n int) { m.fastPathInterfaces.Set(float64(n)) }
 
 // ConntrackDeleted counts conntrack entries deleted; n <= 0 is ignored.
 func (m *Metrics) ConntrackDeleted(n int) { addCount(m.conntrackDeleted, n) }

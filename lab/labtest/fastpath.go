@@ -2,6 +2,7 @@ package labtest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,21 @@ func fastPathOffloads(t *testing.T, l *lab.Lab, g *Gateway) {
 		fts, err := l.Gateway.Flowtables(fastpath.TableName)
 		return err == nil && len(fts) == 1 && strings.HasPrefix(fts[0], fastpath.FlowtableName+":") && strings.Contains(fts[0], "c1"),
 			fmt.Sprintf("%q %v", fts, err)
+	})
+	eventually(t, 10*time.Second, "the metrics and the dashboard show the fast path", func() (bool, string) {
+		m, err := g.Daemon.Metrics(l.Gateway)
+		if err != nil {
+			return false, err.Error()
+		}
+		var st struct {
+			FastPath struct{ Devices []string } `json:"fastPath"`
+		}
+		if err := l.DashboardState(&st); err != nil {
+			return false, err.Error()
+		}
+		n := m["edgegate_fast_path_interfaces"]
+		return n >= 1 && int(n) == len(st.FastPath.Devices) && slices.Contains(st.FastPath.Devices, "c1"),
+			fmt.Sprintf("metric %v, dashboard %v", n, st.FastPath.Devices)
 	})
 	const exchanges = 100
 	packets := forwardedPackets(t, l, "10.96.10.90:80", exchanges)

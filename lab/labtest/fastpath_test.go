@@ -25,4 +25,7 @@ func TestForwardCounterWithoutFastPath(t *testing.T) {
 	if _, ok := d.LogLine("fast path unavailable"); !ok {
 		t.Error("the daemon did not say that this kernel has no fast path")
 	}
+	if m, err := d.Metrics(l.Gateway); err != nil || m["edgegate_fast_path_interfaces"] != 0 {
+		t.Errorf("edgegate_fast_path_interfaces = %v (%v), want 0 where the kernel has no flowtables", m["edgegate_fast_path_interfaces"], err)
+	}
 }
