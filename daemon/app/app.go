@@ -91,8 +91,11 @@ func Run(ctx context.Context, o Options) error {
 	sl := newSyncLoop(cfg, px, log)
 	// A pool's protection reaches its Services that have none of their own.
 	lbs.followProtection(func(of func(netip.Addr) *model.Protection) {
-		px.tracker.SetPoolProtection(of)
-		sl.changed()
+		if px.tracker.SetPoolProtection(of) > 0 {
+			// A sync looks: the Services rebuilt may come out unchanged, and a change
+			// queued that no sync then records would read as one pending.
+			sl.runner.Trigger()
+		}
 	})
 	if fw != nil {
 		sl.ready = fw.ready

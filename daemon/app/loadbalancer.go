@@ -56,7 +56,7 @@ func (l *loadBalancer) followProtection(protect func(of func(netip.Addr) *model.
 		return
 	}
 	l.protect = protect
-	if l.filePools != nil {
+	if l.filePools != nil && l.filePools.Protects() {
 		protect(l.filePools.ProtectionOf)
 	}
 }
@@ -259,7 +259,7 @@ func (l *loadBalancer) followPools(ctx context.Context) {
 	var last pool.Pools
 	for {
 		st := l.watcher.State() // the watcher logs a ConfigMap that is not in force
-		if l.protect != nil && !st.Pools.Equal(last) {
+		if l.protect != nil && !st.Pools.Equal(last) && (st.Pools.Protects() || last.Protects()) {
 			l.protect(st.Pools.ProtectionOf)
 		}
 		last = st.Pools

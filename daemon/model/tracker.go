@@ -111,17 +111,21 @@ var lineages atomic.Uint64
 // address of no pool, or of a pool without one): a Service without its own
 // ProtectionAnnotation takes the protection of the pool of its first LoadBalancer IP that
 // has one, for all its external frontends. Every LoadBalancer Service is built again at
-// the next Snapshot. nil turns pool protection off.
-func (t *Tracker) SetPoolProtection(of func(netip.Addr) *Protection) {
+// the next Snapshot; SetPoolProtection returns how many, so that a caller syncs only when
+// there is something to rebuild. nil turns pool protection off.
+func (t *Tracker) SetPoolProtection(of func(netip.Addr) *Protection) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.protectionOf = of
-	for n, svc := range t.services {
+	n := 0
+	for name, svc := range t.services {
 		if len(svc.Status.LoadBalancer.Ingress) > 0 {
-			t.dirty[n] = struct{}{}
+			t.dirty[name] = struct{}{}
 			t.svcEv++
+			n++
 		}
 	}
+	return n
 }
 
 // poolProtection gives ports without a protection of their own their pool's.

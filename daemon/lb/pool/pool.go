@@ -183,6 +183,16 @@ func (ps Pools) Lookup(a netip.Addr) (*Pool, bool) {
 	return &ps.pools[ps.index[i].pool], true
 }
 
+// Protects reports whether some pool has a protection.
+func (ps Pools) Protects() bool {
+	for _, p := range ps.pools {
+		if p.Protection != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // ProtectionOf returns the protection of a's pool: nil when no pool holds it or its pool
 // has none.
 func (ps Pools) ProtectionOf(a netip.Addr) *model.Protection {
