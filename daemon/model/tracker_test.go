@@ -329,7 +329,9 @@ func TestTrackerPoolProtection(t *testing.T) {
 		}
 		return nil
 	}
-	tr.SetPoolProtection(of)
+	if n := tr.SetPoolProtection(of); n != 3 {
+		t.Errorf("SetPoolProtection rebuilds %d Services, want the 3 LoadBalancer ones", n)
+	}
 	snap, ch := tr.Snapshot()
 	got := map[string]string{}
 	for _, sp := range snap.Sorted() {
