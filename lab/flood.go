@@ -59,6 +59,9 @@ func (r FloodResult) Rate() float64 {
 // raw socket of h's namespace.
 func (h *Host) SYNFlood(o FloodOptions) (FloodResult, error) {
 	switch {
+	case !h.ns.IsOpen():
+		// Never from the machine's own namespace: a flood stays inside the lab.
+		return FloodResult{}, fmt.Errorf("flood: %s is not a namespace of its own", h.Name)
 	case !o.Target.Addr().Is4() || !o.Sources.Addr().Is4() || !o.Sources.Addr().IsPrivate():
 		return FloodResult{}, fmt.Errorf("flood: target %s and sources %s must be IPv4, the sources private", o.Target, o.Sources)
 	case o.Count <= 0 || o.Rate <= 0:
