@@ -292,7 +292,7 @@ func connRate(ctx context.Context, client node, dst netip.AddrPort, o LoadOption
 			setups = append(setups, mine...)
 			r.Failed += failed
 			if firstErr == nil {
-				firstErr = cmpErr(err, last)
+				firstErr = cmp.Or(err, last)
 			}
 		})
 	}
@@ -310,13 +310,6 @@ func connRate(ctx context.Context, client node, dst netip.AddrPort, o LoadOption
 	r.P50, r.P99, r.P999 = rank(setups, 0.50), rank(setups, 0.99), rank(setups, 0.999)
 	r.setups = setups
 	return r, nil
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // cpuTimes is the machine's CPU time from /proc/stat's "cpu" line, in seconds.
