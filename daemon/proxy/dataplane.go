@@ -206,13 +206,16 @@ func (d *IPTables) Program(snap *model.Snapshot, full bool) (Result, error) {
 // only nftables mode enforces: in another mode their addresses are not protected, and the
 // log must say so rather than the gateway pretending.
 func unprotected(snap *model.Snapshot, mode plan.Mode) []string {
+	// Every sync of these modes runs this: the ports are walked unsorted, and only the
+	// (few) protected ones are formatted and sorted.
 	var out []string
-	for _, sp := range snap.Sorted() {
+	for _, sp := range snap.Ports.All() {
 		if sp.Protection.Any() {
 			out = append(out, fmt.Sprintf("service %s: annotation %s: not enforced in %s mode (only nftables mode protects addresses)",
 				sp.Name.ServiceName, model.ProtectionAnnotation, mode))
 		}
 	}
+	slices.Sort(out)
 	return slices.Compact(out)
 }
 
